@@ -1,7 +1,9 @@
 """Stamp badges, previous/next links and the Colab setup cell into every notebook.
 
 Idempotent: the stamped parts sit between markers and are rewritten in place,
-so running it twice changes nothing. Usage: python tools/stamp_notebooks.py
+so running it twice changes nothing. Only the first (markdown) cell and the
+setup cell are touched. Usage: python tools/stamp_notebooks.py [NOTEBOOK ...]
+(default: all; links always come from the full list).
 """
 from __future__ import annotations
 
@@ -68,14 +70,17 @@ def stamp(path: Path, prev, nxt) -> bool:
     return changed
 
 
-def main():
+def main(only):
     paths = sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
+    wanted = {Path(p).resolve() for p in only}
     titles = [(p.name, title(nbformat.read(p, as_version=4))) for p in paths]
     for i, path in enumerate(paths):
+        if wanted and path.resolve() not in wanted:
+            continue
         prev = titles[i - 1] if i > 0 else None
         nxt = titles[i + 1] if i + 1 < len(paths) else None
         print(f"{'stamped' if stamp(path, prev, nxt) else 'unchanged'}: {path.name}")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
