@@ -1,0 +1,250 @@
+"""Checks on the stored lesson notebooks, without running a kernel (nbval does that).
+
+Every ``notebooks/NN-name.ipynb`` is found when the tests run, so lessons added
+later are checked too. Failure messages name the notebook and the cell; cells
+are counted from 0, as nbval counts them.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import re
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+TOOLS = ROOT / "tools"
+PATHS = sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
+NAMES = [p.name for p in PATHS]
+
+sys.path.insert(0, str(TOOLS))
+from notebook_settings import BRANCH, REPO  # noqa: E402
+
+SETUP_MARK = "# Colab setup"
+README = "../README.md"
+IGNORE_MARKERS = {"NBVAL_IGNORE_OUTPUT", "PYTEST_VALIDATE_IGNORE_OUTPUT", "NBVAL_SKIP"}
+IGNORE_TAGS = {"nbval-ignore-output", "pytest-validate-ignore-output", "nbval-skip"}
+TORCH_PACKAGES = {"torch", "torchvision", "torchaudio"}
+# Places on a developer's machine that must not show up in stored outputs.
+LOCAL_PATH = re.compile(r"/home/|/Users/|/root\b|/work/|/tmp/|/var/folders/|/private/var/|\b[A-Z]:\\")
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def colab_url(name):
+    return f"https://colab.research.google.com/github/{REPO}/blob/{BRANCH}/notebooks/{name}"
+
+
+def binder_url(name):
+    return f"https://mybinder.org/v2/gh/{REPO}/{BRANCH}?urlpath=lab/tree/notebooks/{name}"
+
+
+def check(condition, message):
+    """Fail with just ``message`` (no introspection dump of whole cells)."""
+    if not condition:
+        pytest.fail(message, pytrace=False)
+
+
+def read(name):
+    return nbformat.read(NOTEBOOKS / name, as_version=4)
+
+
+def where(name, index, cell):
+    first = cell.source.strip().splitlines()[0] if cell.source.strip() else "(empty)"
+    return f"{name} cell {index} ({cell.cell_type}: {first[:60]!r})"
+
+
+def code_cells(nb):
+    return [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+
+
+def tags(cell):
+    return set(cell.metadata.get("tags", []))
+
+
+def is_compared(cell):
+    """Would nbval compare this cell's outputs? (Same markers and tags as nbval.)"""
+    markers = {line.strip().lstrip("#").strip() for line in cell.source.splitlines()
+               if line.strip().startswith("#")}
+    return not (markers & IGNORE_MARKERS or tags(cell) & IGNORE_TAGS)
+
+
+def title(name):
+    first = read(name).cells[0].source.splitlines()[0]
+    return re.sub(r"^#\s*", "", first).strip()
+
+
+def output_texts(output):
+    """The text a reader sees in one output (images left out)."""
+    if output.output_type == "stream":
+        yield output.text
+    elif output.output_type == "error":
+        yield output.ename
+        yield output.evalue
+        yield from (ANSI.sub("", line) for line in output.traceback)
+    else:
+        for mime, value in output.get("data", {}).items():
+            if mime.startswith("text/") or mime.endswith("json"):
+                yield value if isinstance(value, str) else str(value)
+
+
+notebooks = pytest.mark.parametrize("name", NAMES)
+STAMP = "run tools/stamp_notebooks.py"
+
+
+def test_notebooks_are_found():
+    check(NAMES, f"no notebooks/NN-name.ipynb in {NOTEBOOKS}")
+
+
+@notebooks
+def test_first_cell_title_badges_and_links(name):
+    head = read(name).cells[0]
+    at = where(name, 0, head)
+    check(head.cell_type == "markdown", f"{at}: the first cell must be markdown (title, badges, links)")
+    first = head.source.splitlines()[0] if head.source else ""
+    number = name[:2]
+    check(re.match(rf"# {number} · \S", first), f"{at}: must start with '# {number} · Title', not {first!r}")
+    check(f"({colab_url(name)})" in head.source, f"{at}: no Colab badge linking to {colab_url(name)}; {STAMP}")
+    check(f"({binder_url(name)})" in head.source, f"{at}: no Binder badge linking to {binder_url(name)}; {STAMP}")
+
+    i = NAMES.index(name)
+    expected = {
+        "previous": (title(NAMES[i - 1]), NAMES[i - 1]) if i > 0 else ("README", README),
+        "next": (title(NAMES[i + 1]), NAMES[i + 1]) if i + 1 < len(NAMES) else ("README", README),
+    }
+    found = {
+        "previous": re.findall(r"←\s*\[([^\]]*)\]\(([^)\s]+)\)", head.source),
+        "next": re.findall(r"\[([^\]]*)\]\(([^)\s]+)\)\s*→", head.source),
+    }
+    for which in ("previous", "next"):
+        links = found[which]
+        check(len(links) == 1, f"{at}: needs exactly one {which} link, found {len(links)}; {STAMP}")
+        (text, target), (want_text, want_target) = links[0], expected[which]
+        check(target == want_target, f"{at}: {which} link points to {target}, expected {want_target}; {STAMP}")
+        check(text == want_text, f"{at}: {which} link is titled {text!r}, expected {want_text!r}; {STAMP}")
+
+
+def pip_installs(source):
+    """(line, requirement names, options) of each pip install in a cell's source."""
+    for line in source.splitlines():
+        m = re.search(r"\bpip3?\s+install\s+(.*)", line)
+        if not m:
+            continue
+        try:
+            words = shlex.split(m.group(1), comments=True)
+        except ValueError:
+            words = m.group(1).split()
+        options = [w for w in words if w.startswith("-")]
+        names = [re.match(r"[A-Za-z0-9_.\-]*", w).group(0).lower() for w in words if not w.startswith("-")]
+        yield line.strip(), names, options
+
+
+@notebooks
+def test_second_cell_is_colab_setup_without_torch(name):
+    nb = read(name)
+    check(len(nb.cells) > 1, f"{name}: has no second cell (the Colab setup cell); {STAMP}")
+    cell = nb.cells[1]
+    at = where(name, 1, cell)
+    check(cell.cell_type == "code" and cell.source.startswith(SETUP_MARK),
+          f"{at}: the second cell must be the Colab setup cell starting with {SETUP_MARK!r}; {STAMP}")
+    check("google.colab" in cell.source, f"{at}: the setup cell must install only in Colab (check google.colab)")
+    installs = list(pip_installs(cell.source))
+    check(installs, f"{at}: the setup cell installs nothing")
+    for line, names, options in installs:
+        check(not TORCH_PACKAGES & set(names),
+              f"{at}: must never install torch (Colab's own CUDA build matches its driver): {line!r}")
+        bad = [o for o in options if o in ("-r", "--requirement", "-U", "--upgrade", "--force-reinstall",
+                                           "-I", "--ignore-installed") or o.startswith("--upgrade-strategy")]
+        check(not bad, f"{at}: {' '.join(bad)} could reinstall or upgrade Colab's torch: {line!r}")
+
+
+@notebooks
+def test_code_cells_executed_in_order(name):
+    for n, (i, cell) in enumerate(code_cells(read(name)), start=1):
+        at = where(name, i, cell)
+        check(cell.execution_count is not None or not cell.outputs, f"{at}: has outputs but no execution count")
+        check(cell.execution_count == n, f"{at}: execution count {cell.execution_count}, expected {n}; "
+                                         "run tools/execute_notebooks.py on the notebook")
+
+
+@notebooks
+def test_no_errors_unless_expected(name):
+    for i, cell in code_cells(read(name)):
+        if "raises-exception" in tags(cell):
+            continue
+        for output in cell.outputs:
+            check(output.output_type != "error",
+                  f"{where(name, i, cell)}: stored error {output.get('ename')}: {output.get('evalue')} "
+                  "(tag the cell raises-exception if the error is the lesson)")
+
+
+@notebooks
+def test_no_local_paths_in_outputs(name):
+    for i, cell in code_cells(read(name)):
+        for output in cell.outputs:
+            for text in output_texts(output):
+                m = LOCAL_PATH.search(text)
+                if m:
+                    line = next(line for line in text.splitlines() if m.group(0) in line)
+                    check(False, f"{where(name, i, cell)}: an output shows a path on this machine "
+                                 f"({m.group(0)!r}): {line.strip()[:200]!r}")
+
+
+@notebooks
+def test_kernelspec(name):
+    spec = read(name).metadata.get("kernelspec", {})
+    check(spec.get("name") == "python3", f"{name}: kernelspec name is {spec.get('name')!r}, expected 'python3'")
+
+
+@notebooks
+def test_most_outputs_are_compared(name):
+    with_output = [(i, c) for i, c in code_cells(read(name)) if c.outputs]
+    ignored = [i for i, c in with_output if not is_compared(c)]
+    compared = len(with_output) - len(ignored)
+    check(3 * compared >= 2 * len(with_output),
+          f"{name}: only {compared} of {len(with_output)} code cells with output are compared by nbval "
+          f"(at least two thirds must be); ignored or skipped: cells {ignored}")
+
+
+@notebooks
+def test_has_settings_cell(name):
+    check(any("quick_mode()" in c.source for _, c in code_cells(read(name))),
+          f"{name}: no settings cell (QUICK = tudui.quick_mode() ...)")
+
+
+@pytest.fixture(scope="module")
+def restamped(tmp_path_factory):
+    """A copy of the notebooks folder after tools/stamp_notebooks.py has run on it."""
+    copy = tmp_path_factory.mktemp("notebooks")
+    for path in PATHS:
+        shutil.copy2(path, copy / path.name)
+    spec = importlib.util.spec_from_file_location("stamp_notebooks_under_test", TOOLS / "stamp_notebooks.py")
+    stamp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stamp)
+    stamp.NOTEBOOKS = copy  # the real notebooks are never written
+    stamp.main([])
+    return copy
+
+
+@notebooks
+def test_stamping_changes_nothing(name, restamped):
+    if (restamped / name).read_bytes() == (NOTEBOOKS / name).read_bytes():
+        return
+    before, after = read(name), nbformat.read(restamped / name, as_version=4)
+    changes = []
+    matcher = difflib.SequenceMatcher(a=[c.source for c in before.cells], b=[c.source for c in after.cells],
+                                      autojunk=False)
+    for op, a0, a1, b0, b1 in matcher.get_opcodes():
+        if op in ("replace", "delete"):
+            changes += [f"{where(name, i, before.cells[i])} would change" for i in range(a0, a1)]
+        if op in ("insert", "replace") and b1 - b0 > a1 - a0:
+            changes += [f"{where(name, i, after.cells[i])} would be inserted" for i in range(b0 + a1 - a0, b1)]
+    if before.metadata != after.metadata:
+        changes.append(f"{name}: its metadata would change (kernelspec)")
+    check(False, f"{name}: tools/stamp_notebooks.py would change it: {'; '.join(changes) or 'formatting'}; "
+                 "run it and keep the result")
