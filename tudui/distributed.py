@@ -1,13 +1,24 @@
-"""Training on several devices with torchrun and DistributedDataParallel."""
+"""Training on several devices with torchrun and DistributedDataParallel.
+
+torchrun starts one process per device and tells each where it stands through
+environment variables: ``RANK`` (0 .. WORLD_SIZE-1 over all machines),
+``LOCAL_RANK`` (which device on this machine) and ``WORLD_SIZE`` (how many
+processes in all). :func:`setup` reads them, takes the process's device and
+joins the process group (进程组): ``nccl`` for NVIDIA GPUs, ``gloo`` for CPUs.
+Without torchrun it returns a single-process :class:`Context` and joins nothing.
+"""
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from .device import pick_device
+from .device import DeviceError, pick_device
+
+BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
 
 
 @dataclass
@@ -21,6 +32,7 @@ class Context:
 
     @property
     def is_main(self) -> bool:
+        """Rank 0: the one process that logs and writes files."""
         return self.rank == 0
 
     @property
@@ -29,7 +41,26 @@ class Context:
 
 
 def launched_by_torchrun() -> bool:
+    """True in a process started by torchrun with more than one process in all."""
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def _device_for(want, local_rank: int) -> torch.device:
+    """The device of the process with this local rank: cuda:LOCAL_RANK on GPUs, else the CPU."""
+    if isinstance(want, str) and want.strip().lower() == "auto":
+        want = "cuda" if torch.cuda.is_available() else "cpu"
+    device = pick_device(want)
+    if device.type == "cuda":
+        count = torch.cuda.device_count()
+        if local_rank >= count:
+            raise DeviceError(f"process with local rank {local_rank} has no GPU of its own: {count} CUDA "
+                              f"device(s) visible; start at most {count} process(es) per machine "
+                              f"(--nproc-per-node={count}) or use --device cpu")
+        return torch.device("cuda", local_rank)
+    if device.type not in BACKENDS:
+        raise DeviceError(f"training on several processes works on cpu (gloo) and cuda (nccl) here, "
+                          f"not on {device.type}; use --device cpu or cuda")
+    return device
 
 
 def setup(want="auto") -> Context:
@@ -42,24 +73,44 @@ def setup(want="auto") -> Context:
         return Context(device=pick_device(want))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
-    device = pick_device(want)
+    device = _device_for(want, local)
+    backend = BACKENDS[device.type]
     if device.type == "cuda":
-        device = pick_device(f"cuda:{local}")
         torch.cuda.set_device(device)
-        backend = "nccl"
-    else:
-        backend = "gloo"
-    dist.init_process_group(backend=backend)
+    # device_id binds the group to this process's GPU (collectives and barriers use it).
+    dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
     return Context(rank, world, local, device, backend)
 
 
 def teardown():
+    """Leave the process group (if this process joined one)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
 
+def barrier():
+    """Wait until every process gets here (nothing to wait for when not distributed)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+@contextmanager
+def main_first(ctx: Context):
+    """Rank 0 runs the block first (e.g. downloading CIFAR-10); the others wait, then run it.
+
+    So only one process writes a shared file, and the others read it whole.
+    If rank 0 fails inside the block, it does not reach the barrier; torchrun
+    then stops the waiting processes.
+    """
+    if ctx.distributed and not ctx.is_main:
+        barrier()
+    yield
+    if ctx.distributed and ctx.is_main:
+        barrier()
+
+
 def sum_across_ranks(tensor: torch.Tensor) -> torch.Tensor:
-    """Sum a tensor over all processes (unchanged when not distributed)."""
+    """Sum a tensor over all processes, in place (unchanged when not distributed)."""
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor
