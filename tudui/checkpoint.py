@@ -12,7 +12,6 @@ import os
 import pickle
 import re
 import tempfile
-import zipfile
 
 import torch
 from torch import nn
@@ -59,6 +58,9 @@ def save_checkpoint(path, model, optimizer=None, epoch=None, **extra):
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes owner-only files; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -87,10 +89,12 @@ def read_checkpoint(path, device="cpu"):
             if name and name.endswith(".Tudui") and (Tudui, name) not in allowed:
                 allowed.append((Tudui, name))  # the course's class, saved from another module
                 continue
+            if name is None:  # no forbidden class named: the pickle itself is damaged (or not a pickle)
+                raise CheckpointError(f"{path}: not a readable PyTorch checkpoint (truncated or corrupt?)") from None
             raise CheckpointError(
-                f"{path}: refused to unpickle {name or 'an object'}, which is not part of a Tudui model; "
+                f"{path}: refused to unpickle {name}, which is not part of a Tudui model; "
                 "only state_dict checkpoints and the course's whole-model files are loaded") from None
-        except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
+        except Exception as exc:  # RuntimeError, EOFError, BadZipFile, OSError, and KeyError etc. from a damaged pickle
             first = str(exc).splitlines()[0].split(". ")[0] if str(exc) else type(exc).__name__
             if "CUDA" in first or "device" in first:
                 raise CheckpointError(f"{path}: cannot load onto {device}: {first}") from None

@@ -99,10 +99,16 @@ def _train_loaders(args, ctx, train_set, test_set):
 def _resident(dataset, args, ctx, shuffle):
     from types import SimpleNamespace
 
+    import numpy as np
+
     from .resident import ResidentLoader
-    if ctx.distributed:  # each process keeps its own share
-        dataset = SimpleNamespace(data=dataset.data[ctx.rank::ctx.world_size],
-                                  targets=dataset.targets[ctx.rank::ctx.world_size])
+    if ctx.distributed:
+        # Each process keeps its own share, all shares the same size (padded by wrapping
+        # around, as DistributedSampler does): DDP needs the same number of batches on every
+        # rank, or one process waits forever for another's gradients.
+        n = len(dataset.targets)
+        mine = (np.arange(-(-n // ctx.world_size) * ctx.world_size) % n)[ctx.rank::ctx.world_size]
+        dataset = SimpleNamespace(data=dataset.data[mine], targets=np.asarray(dataset.targets)[mine])
     return ResidentLoader(dataset, args.batch_size, ctx.device, shuffle=shuffle, seed=args.seed)
 
 
@@ -112,8 +118,10 @@ def train(args):
     ctx = distributed.setup(args.device)
     try:
         torch.manual_seed(args.seed)
-        train_set = data.cifar10(True, args.root, args.data, args.limit, seed=args.seed)
-        test_set = data.cifar10(False, args.root, args.data, args.limit and max(args.limit // 5, 1), seed=args.seed)
+        with distributed.main_first(ctx):  # under torchrun, only rank 0 downloads CIFAR-10
+            train_set = data.cifar10(True, args.root, args.data, args.limit, seed=args.seed)
+            test_set = data.cifar10(False, args.root, args.data, args.limit and max(args.limit // 5, 1),
+                                    seed=args.seed)
         model = Tudui().to(ctx.device)
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
         start = 0

@@ -93,8 +93,9 @@ def fit(model, train_loader, test_loader, loss_fn, optimizer, device, epochs,
     """
     history = History(label=label if label is not None else str(torch.device(device)))
     for epoch in range(start_epoch + 1, epochs + 1):
-        if hasattr(getattr(train_loader, "sampler", None), "set_epoch"):
-            train_loader.sampler.set_epoch(epoch)  # DistributedSampler: a new shuffle each epoch
+        for shuffler in (train_loader, getattr(train_loader, "sampler", None)):
+            if hasattr(shuffler, "set_epoch"):  # DistributedSampler, ResidentLoader: a new shuffle each
+                shuffler.set_epoch(epoch)         # epoch, the same one when resuming at this epoch
         train = train_one_epoch(model, train_loader, loss_fn, optimizer, device, progress)
         test = evaluate(model, test_loader, loss_fn, device, progress)
         history.append(epoch, train, test)

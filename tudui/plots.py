@@ -1,7 +1,6 @@
 """Pictures a learner would rather look at than read."""
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import torch
 
 from .data import CLASSES
@@ -9,6 +8,7 @@ from .data import CLASSES
 
 def plot_history(*histories, title=None):
     """Loss and accuracy per epoch, one line per run (e.g. CPU vs GPU)."""
+    import matplotlib.pyplot as plt  # here, not at import: torchrun workers need no plotting
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.5))
     for h in histories:
         name = f" ({h.label})" if h.label else ""
@@ -29,6 +29,7 @@ def plot_history(*histories, title=None):
 
 def plot_bars(values: dict, ylabel="seconds", title=None, fmt="{:.2f}"):
     """A labelled bar chart, e.g. {"CPU": 12.1, "GPU": 0.8}."""
+    import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(1.6 * len(values) + 2, 3.2))
     bars = ax.bar(list(values), list(values.values()), color=plt.rcParams["axes.prop_cycle"].by_key()["color"])
     ax.bar_label(bars, labels=[fmt.format(v) for v in values.values()])
@@ -40,6 +41,7 @@ def plot_bars(values: dict, ylabel="seconds", title=None, fmt="{:.2f}"):
 
 def show_predictions(model, dataset, device="cpu", n=8, classes=CLASSES):
     """The first ``n`` images of ``dataset`` with predicted (and true) classes."""
+    import matplotlib.pyplot as plt
     model.eval()
     images = torch.stack([dataset[i][0] for i in range(n)])
     with torch.no_grad():

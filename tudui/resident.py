@@ -22,16 +22,30 @@ class ResidentLoader:
         self.targets = torch.as_tensor(dataset.targets, dtype=torch.long, device=self.device)
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.seed, self.epochs_done = seed, 0
         self.dataset = dataset
 
     def __len__(self):
         n = len(self.targets)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
-    def __iter__(self):
+    def set_epoch(self, epoch):
+        """Shuffle as epoch ``epoch`` (1, 2, ...) of an uninterrupted run does: fit() calls this,
+        so a run resumed from a checkpoint sees the same batches as one never stopped."""
+        if epoch != self.epochs_done + 1:
+            self.generator.manual_seed(self.seed)
+            for _ in range(epoch - 1):
+                self._order()
+        self.epochs_done = epoch - 1
+
+    def _order(self):
         n = len(self.targets)
-        order = (torch.randperm(n, device=self.device, generator=self.generator) if self.shuffle
-                 else torch.arange(n, device=self.device))
+        return (torch.randperm(n, device=self.device, generator=self.generator) if self.shuffle
+                else torch.arange(n, device=self.device))
+
+    def __iter__(self):
+        self.epochs_done += 1
+        order = self._order()
         for i in range(len(self)):
             idx = order[i * self.batch_size:(i + 1) * self.batch_size]
             yield self.images[idx], self.targets[idx]

@@ -1,0 +1,227 @@
+"""``python -m tudui doctor | train | predict``: exit codes, one-line errors, real output."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from PIL import Image
+from torchvision.transforms import ToTensor
+
+from tudui import CLASSES, cifar10, load_model, read_checkpoint
+from tudui import cli, timing
+from tudui.cli import main
+
+PREDICTION = re.compile(r"^(?P<path>.+): (?P<label>" + "|".join(CLASSES) + r") \((?P<pct>\d+\.\d)%\)$")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One real ``python -m tudui train`` in a subprocess: its result, and the checkpoint it wrote."""
+    folder = tmp_path_factory.mktemp("cli")
+    env = {**os.environ, "TUDUI_DATA": "synthetic"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tudui", "train", "--data", "synthetic", "--limit", "64", "--batch-size", "32",
+         "--epochs", "1", "--device", "cpu", "--no-progress", "--checkpoint", "ck.pth"],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    return proc, folder / "ck.pth"
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code, out, err):
+    assert code == 2
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("tudui: error: ")
+    return lines[0]
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # "data/" and "tudui.pth" defaults land here, not in the repo
+
+
+# --- the real command ---------------------------------------------------------------------------
+
+def test_python_m_tudui_train_exits_zero(trained):
+    proc, checkpoint = trained
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "device: cpu" in proc.stdout and "synthetic stand-in" in proc.stdout
+    assert re.search(r"^epoch 1: train loss \d\.\d{3}, test loss \d\.\d{3}, test accuracy \d+\.\d%$",
+                     proc.stdout, re.M)
+    assert "saved ck.pth" in proc.stdout
+    info = read_checkpoint(checkpoint)
+    assert info["epoch"] == 1 and info["extra"]["args"]["limit"] == 64
+
+
+# --- usage errors: exit 2 and one line ----------------------------------------------------------
+
+@pytest.mark.parametrize("argv, says", [
+    (["train", "--epochs", "0"], "--epochs"),
+    (["train", "--epochs", "two"], "--epochs"),
+    (["train", "--batch-size", "-4"], "--batch-size"),
+    (["train", "--lr", "0"], "--lr"),
+    (["train", "--device", "gpu"], "auto, cpu, cuda, cuda:N, mps"),
+    (["train", "--device", "cuda:x"], "cuda:x"),
+    (["train", "--data", "nope"], "--data"),
+    (["train", "--loader", "magic"], "--loader"),
+    (["train", "--no-such-option"], "--no-such-option"),
+    (["predict"], "required"),
+    (["fly"], "fly"),
+    ([], "required"),
+])
+def test_bad_arguments(capsys, argv, says):
+    line = assert_one_line_error(*run(capsys, *argv))
+    assert says in line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_device_cuda_here_gives_the_reason(capsys):
+    line = assert_one_line_error(*run(capsys, "train", "--device", "cuda", "--data", "synthetic", "--limit", "8"))
+    assert "cannot use cuda" in line
+    assert "driver" in line or "built without CUDA" in line
+    assert not os.path.exists("tudui.pth")
+
+
+def test_resume_without_a_checkpoint(capsys):
+    line = assert_one_line_error(*run(capsys, "train", "--resume", "--checkpoint", "missing.pth", "--epochs", "1"))
+    assert "--resume" in line and "missing.pth" in line
+
+
+def test_tudui_data_invalid_is_a_usage_error(capsys, monkeypatch):
+    monkeypatch.setenv("TUDUI_DATA", "mnist")
+    line = assert_one_line_error(*run(capsys, "train", "--device", "cpu", "--limit", "8", "--epochs", "1"))
+    assert "TUDUI_DATA" in line
+
+
+def test_predict_with_missing_checkpoint(capsys, tmp_path):
+    Image.new("RGB", (32, 32)).save(tmp_path / "x.png")
+    line = assert_one_line_error(*run(capsys, "predict", "--checkpoint", "nope.pth", str(tmp_path / "x.png")))
+    assert "nope.pth" in line and "no such checkpoint" in line
+
+
+def test_predict_with_corrupt_checkpoint(capsys, tmp_path, trained):
+    data = trained[1].read_bytes()
+    (tmp_path / "cut.pth").write_bytes(data[: len(data) // 2])
+    Image.new("RGB", (32, 32)).save(tmp_path / "x.png")
+    line = assert_one_line_error(*run(capsys, "predict", "--checkpoint", str(tmp_path / "cut.pth"),
+                                      str(tmp_path / "x.png")))
+    assert "truncated or corrupt" in line
+
+
+def test_predict_with_unreadable_image(capsys, tmp_path, trained):
+    (tmp_path / "notes.png").write_text("not an image")
+    for image in (tmp_path / "notes.png", tmp_path / "missing.png"):
+        line = assert_one_line_error(*run(capsys, "predict", "--checkpoint", str(trained[1]), str(image)))
+        assert str(image) in line and "cannot read image" in line
+
+
+# --- predict ------------------------------------------------------------------------------------
+
+def test_predict_prints_a_class_and_a_percentage(capsys, tmp_path, trained):
+    checkpoint = trained[1]
+    photo = tmp_path / "photo.png"
+    Image.new("RGB", (50, 40), (200, 30, 30)).save(photo)  # any size: resized to 32x32
+    grey = tmp_path / "grey.png"
+    Image.new("L", (64, 64), 128).save(grey)  # any mode: converted to RGB
+    test_image = tmp_path / "cifar.png"
+    ds = cifar10(False, source="synthetic", limit=1)
+    Image.fromarray(ds.data[0]).save(test_image)
+
+    code, out, err = run(capsys, "predict", "--checkpoint", str(checkpoint), str(photo), str(grey), str(test_image))
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert len(lines) == 3
+    matches = [PREDICTION.match(line) for line in lines]
+    assert all(matches), lines
+    assert [m["path"] for m in matches] == [str(photo), str(grey), str(test_image)]
+    assert all(10.0 <= float(m["pct"]) <= 100.0 for m in matches)  # the top class of 10 has >= 10 %
+
+    # The printed class and probability are the model's own for that image.
+    model = load_model(checkpoint)
+    with torch.no_grad():
+        probs = model(ToTensor()(Image.open(test_image).convert("RGB")).unsqueeze(0)).softmax(1)[0]
+    k = int(probs.argmax())
+    assert matches[2]["label"] == CLASSES[k]
+    assert matches[2]["pct"] == f"{probs[k].item() * 100:.1f}"
+
+
+def test_predict_reads_the_courses_gpu_saved_file(capsys, tmp_path, course_class, register_class,
+                                                  saved_as_on_gpu):
+    """The learner's tudui_9.pth from GPU training, on a CPU-only machine."""
+    cls = course_class("model")
+    with register_class(cls, "model"):
+        with saved_as_on_gpu():
+            torch.save(cls(), tmp_path / "tudui_9.pth")
+    Image.new("RGB", (32, 32), (0, 90, 200)).save(tmp_path / "sky.png")
+    code, out, err = run(capsys, "predict", "--checkpoint", str(tmp_path / "tudui_9.pth"), str(tmp_path / "sky.png"))
+    assert code == 0, err
+    assert PREDICTION.match(out.strip())
+
+
+# --- train details ------------------------------------------------------------------------------
+
+def test_resume_when_already_done_trains_nothing(capsys, tmp_path, trained):
+    shutil.copy(trained[1], tmp_path / "done.pth")
+    before = (tmp_path / "done.pth").read_bytes()
+    code, out, err = run(capsys, "train", "--resume", "--checkpoint", "done.pth", "--epochs", "1",
+                         "--data", "synthetic", "--limit", "8", "--device", "cpu", "--no-progress")
+    assert code == 0, err
+    assert "resuming after epoch 1" in out and "nothing to do" in out
+    assert "epoch 2" not in out
+    assert (tmp_path / "done.pth").read_bytes() == before
+
+
+def test_ctrl_c_exits_130_in_one_line(capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.loops, "fit", interrupted)
+    code, out, err = run(capsys, "train", "--data", "synthetic", "--limit", "8", "--device", "cpu", "--epochs", "1")
+    assert code == 130
+    assert err.splitlines() == ["tudui: interrupted (the last saved checkpoint is intact)"]
+
+
+# --- doctor -------------------------------------------------------------------------------------
+
+def test_doctor_reports_devices_and_speed(capsys, monkeypatch):
+    measured = []
+    real = timing.train_step_speed
+
+    def quick(model, device, **kwargs):  # the real measurement, on a few small batches
+        measured.append(torch.device(device))
+        return real(model, device, batch_size=8, steps=1)
+
+    monkeypatch.setattr(timing, "train_step_speed", quick)
+    code, out, err = run(capsys, "doctor")
+    assert code == 0, err
+    assert f"torch {torch.__version__}" in out and "MPS" in out
+    assert re.search(r"^training speed on cpu: [\d,]+ images/s", out, re.M)
+    assert measured[0] == torch.device("cpu")
+    if not torch.cuda.is_available():
+        assert measured == [torch.device("cpu")]
+        assert "No GPU is used" in out
+
+
+# --- a real GPU ---------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_train_on_gpu_then_resume_on_cpu(capsys):
+    common = ["train", "--data", "synthetic", "--limit", "128", "--batch-size", "64", "--no-progress",
+              "--checkpoint", "moved.pth"]
+    code, out, err = run(capsys, *common, "--device", "cuda", "--epochs", "1")
+    assert code == 0, err
+    assert "device: cuda:0" in out
+    code, out, err = run(capsys, *common, "--device", "cpu", "--epochs", "2", "--resume")
+    assert code == 0, err
+    assert "device: cpu" in out and "resuming after epoch 1" in out
+    assert read_checkpoint("moved.pth")["epoch"] == 2

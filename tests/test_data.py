@@ -1,0 +1,271 @@
+"""CIFAR-10 as the course loads it, the synthetic stand-in, and DataLoader settings per device."""
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+import torchvision.datasets.cifar as tv_cifar
+from torch.utils.data import RandomSampler, SequentialSampler
+
+import tudui
+from tudui import CLASSES, DataError, SyntheticCIFAR10, cifar10, describe_data, is_synthetic, loaders
+from tudui.data import default_num_workers, default_source
+
+CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+
+
+@pytest.fixture
+def no_download(monkeypatch):
+    """CIFAR-10's download fails at once (as with no network); returns the list of attempted URLs."""
+    attempts = []
+
+    def fail(url, *args, **kwargs):
+        attempts.append(url)
+        raise OSError("no network in the tests")
+
+    monkeypatch.setattr(tv_cifar, "download_and_extract_archive", fail)
+    return attempts
+
+
+# --- the synthetic stand-in ---------------------------------------------------------------------
+
+def test_synthetic_is_deterministic_from_the_seed():
+    a = SyntheticCIFAR10(train=True, size=300, seed=1)
+    b = SyntheticCIFAR10(train=True, size=300, seed=1)
+    c = SyntheticCIFAR10(train=True, size=300, seed=2)
+    assert np.array_equal(a.data, b.data) and a.targets == b.targets
+    assert not np.array_equal(a.data, c.data)
+    assert a.targets != c.targets
+
+
+def test_train_and_test_splits_differ():
+    train = SyntheticCIFAR10(train=True, size=200)
+    test = SyntheticCIFAR10(train=False, size=200)
+    assert not np.array_equal(train.data, test.data)
+    assert train.train and not test.train
+
+
+def test_limit_gives_a_prefix():
+    big = cifar10(True, source="synthetic", limit=1500)  # more than one internal chunk
+    small = cifar10(True, source="synthetic", limit=300)
+    assert len(big) == 1500 and len(small) == 300
+    assert np.array_equal(big.data[:300], small.data)
+    assert big.targets[:300] == small.targets
+
+
+def test_default_sizes_are_cifar10s():
+    assert tudui.data.SIZES == {True: 50_000, False: 10_000}
+
+
+def test_data_looks_like_cifar10():
+    ds = cifar10(False, source="synthetic", limit=1000)
+    assert isinstance(ds.data, np.ndarray)
+    assert ds.data.dtype == np.uint8 and ds.data.shape == (1000, 32, 32, 3)
+    assert isinstance(ds.targets, list) and all(type(t) is int for t in ds.targets)
+    assert set(ds.targets) == set(range(10))  # every class shows up in 1000 images
+    assert ds.classes == CIFAR10_NAMES == CLASSES
+    assert ds.data.std() > 10  # images, not a constant
+
+
+def test_items_are_totensor_floats():
+    ds = cifar10(True, source="synthetic", limit=20)
+    for i in (0, 7, 19):
+        img, target = ds[i]
+        assert isinstance(img, torch.Tensor) and img.dtype == torch.float32
+        assert img.shape == (3, 32, 32)
+        assert 0.0 <= img.min() and img.max() <= 1.0
+        expected = torch.from_numpy(ds.data[i]).permute(2, 0, 1).float() / 255
+        assert torch.equal(img, expected)
+        assert target == ds.targets[i]
+
+
+def test_synthetic_classes_are_distinct_patterns():
+    """Same-class images are closer to their class mean than to any other class's (learnable)."""
+    ds = SyntheticCIFAR10(train=True, size=1000)
+    x = ds.data.reshape(len(ds), -1).astype(np.float32)
+    y = np.array(ds.targets)
+    means = np.stack([x[y == k].mean(0) for k in range(10)])
+    nearest = ((x[:, None, :] - means[None]) ** 2).sum(-1).argmin(1)
+    assert (nearest == y).mean() > 0.9
+
+
+def test_is_synthetic_and_describe_data():
+    ds = cifar10(True, source="synthetic", limit=1234)
+    assert is_synthetic(ds)
+    text = describe_data(ds)
+    assert "synthetic" in text and "train" in text and "1,234" in text
+    assert "test" in describe_data(cifar10(False, source="synthetic", limit=5))
+    assert not is_synthetic(object())
+
+
+@pytest.mark.parametrize("limit", [0, -3])
+def test_limit_must_be_positive(limit):
+    with pytest.raises(DataError, match="limit"):
+        cifar10(True, source="synthetic", limit=limit)
+
+
+# --- choosing the source ------------------------------------------------------------------------
+
+def test_unknown_source_raises():
+    with pytest.raises(DataError, match="nope"):
+        cifar10(True, source="nope")
+
+
+def test_invalid_tudui_data_raises(monkeypatch):
+    monkeypatch.setenv("TUDUI_DATA", "imagenet")
+    with pytest.raises(DataError, match="TUDUI_DATA"):
+        default_source()
+    with pytest.raises(DataError, match="TUDUI_DATA"):
+        cifar10(True, limit=10)
+
+
+@pytest.mark.parametrize("value, expected", [("synthetic", "synthetic"), (" Synthetic ", "synthetic"),
+                                             ("cifar10", "cifar10"), ("", "auto"), (None, "auto")])
+def test_tudui_data_selects_the_default(monkeypatch, value, expected):
+    if value is None:
+        monkeypatch.delenv("TUDUI_DATA", raising=False)
+    else:
+        monkeypatch.setenv("TUDUI_DATA", value)
+    assert default_source() == expected
+
+
+def test_tudui_data_synthetic_is_used_when_no_source_is_given(tmp_path, no_download):
+    ds = cifar10(True, root=str(tmp_path), limit=10)
+    assert is_synthetic(ds)
+    assert no_download == []  # never tried the real set
+
+
+def test_cifar10_missing_raises_with_instructions(tmp_path, no_download):
+    root = tmp_path / "empty"
+    root.mkdir()
+    with pytest.raises(DataError) as err:
+        cifar10(False, root=str(root), source="cifar10")
+    msg = str(err.value)
+    assert "CIFAR-10 (test)" in msg
+    assert str(root) in msg
+    assert "https://www.cs.toronto.edu/~kriz/cifar.html" in msg and "cifar-10-python.tar.gz" in msg
+    assert "no network in the tests" in msg  # the reason the download failed
+    assert len(no_download) == 1  # it did try, once
+
+
+def test_auto_falls_back_to_synthetic_in_one_line(tmp_path, no_download, capsys):
+    ds = cifar10(True, root=str(tmp_path), source="auto", limit=50, seed=3)
+    assert is_synthetic(ds) and len(ds) == 50
+    assert np.array_equal(ds.data, SyntheticCIFAR10(True, size=50, seed=3).data)
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1
+    assert "synthetic" in lines[0] and "train" in lines[0] and "no network in the tests" in lines[0]
+
+
+def test_tudui_data_auto_falls_back_too(tmp_path, no_download, monkeypatch, capsys):
+    monkeypatch.setenv("TUDUI_DATA", "auto")
+    ds = cifar10(False, root=str(tmp_path), limit=5)
+    assert is_synthetic(ds) and not ds.train
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.fixture
+def fake_cifar10_root(tmp_path, monkeypatch):
+    """A tiny CIFAR-10 in the real on-disk format (the md5 check is made to accept it)."""
+    folder = tmp_path / "cifar" / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    batches = {}
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        data = rng.integers(0, 256, (4, 3 * 32 * 32), dtype=np.uint8)
+        labels = rng.integers(0, 10, 4).tolist()
+        batches[name] = (data, labels)
+        with open(folder / name, "wb") as f:
+            pickle.dump({"data": data, "labels": labels}, f)
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({"label_names": CIFAR10_NAMES}, f)
+    monkeypatch.setattr(tv_cifar, "check_integrity", lambda path, md5=None: os.path.isfile(path))
+    return str(tmp_path / "cifar"), batches
+
+
+@pytest.mark.parametrize("source", ["cifar10", "auto"])
+def test_real_cifar10_is_loaded_when_present(fake_cifar10_root, no_download, source, capsys):
+    root, batches = fake_cifar10_root
+    train = cifar10(True, root=root, source=source, limit=6)
+    test = cifar10(False, root=root, source=source)
+    assert not is_synthetic(train) and "synthetic" not in describe_data(train)
+    assert len(train) == 6 and len(test) == 4
+    first = np.concatenate([batches["data_batch_1"][0], batches["data_batch_2"][0]])[:6]
+    assert np.array_equal(train.data, first.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+    assert train.targets == (batches["data_batch_1"][1] + batches["data_batch_2"][1])[:6]
+    img, _ = train[0]
+    assert img.shape == (3, 32, 32) and img.dtype == torch.float32  # ToTensor, as in the course
+    assert no_download == [] and capsys.readouterr().err == ""
+
+
+# --- learnable: the course's recipe learns it in one epoch --------------------------------------
+
+@pytest.mark.slow
+def test_tudui_learns_synthetic_data_in_one_epoch():
+    torch.manual_seed(0)
+    train_set = cifar10(True, source="synthetic", limit=5000)
+    test_set = cifar10(False, source="synthetic", limit=1000)
+    train_loader, test_loader = loaders(train_set, test_set, batch_size=64, device="cpu", num_workers=0)
+    model = tudui.Tudui()
+    loss_fn = torch.nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    # Nothing else may draw from torch's RNG in between: the shuffle order decides how far one epoch gets.
+    tudui.train_one_epoch(model, train_loader, loss_fn, optimizer, "cpu", progress=False)
+    after = tudui.evaluate(model, test_loader, loss_fn, "cpu", progress=False)
+    assert after["accuracy"] >= 0.90
+    assert after["loss"] < np.log(10)  # below chance level's cross-entropy
+
+
+# --- loaders ------------------------------------------------------------------------------------
+
+@pytest.fixture
+def two_sets():
+    return cifar10(True, source="synthetic", limit=40), cifar10(False, source="synthetic", limit=20)
+
+
+def test_loaders_on_cpu_do_not_pin(two_sets):
+    train, test = loaders(*two_sets, batch_size=8, device="cpu", num_workers=0)
+    assert train.pin_memory is False and test.pin_memory is False
+    assert train.batch_size == test.batch_size == 8
+    assert isinstance(train.sampler, RandomSampler)  # train shuffles
+    assert isinstance(test.sampler, SequentialSampler)  # test does not
+    assert train.dataset is two_sets[0] and test.dataset is two_sets[1]
+    imgs, targets = next(iter(train))
+    assert imgs.shape == (8, 3, 32, 32) and targets.shape == (8,)
+
+
+@pytest.mark.parametrize("device", ["cuda", torch.device("cuda", 0), "cuda:1"])
+def test_loaders_for_cuda_pin_memory(two_sets, device):
+    train, test = loaders(*two_sets, device=device, num_workers=0)  # building them needs no GPU
+    assert train.pin_memory is True and test.pin_memory is True
+
+
+def test_loaders_without_shuffle(two_sets):
+    train, _ = loaders(*two_sets, num_workers=0, shuffle=False)
+    assert isinstance(train.sampler, SequentialSampler)
+
+
+@pytest.mark.parametrize("cores, workers", [(1, 0), (2, 0), (3, 2), (8, 4), (64, 4)])
+def test_workers_suit_the_cores(monkeypatch, two_sets, cores, workers):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    assert default_num_workers() == workers
+    train, test = loaders(*two_sets)
+    assert train.num_workers == test.num_workers == workers
+    assert train.persistent_workers == (workers > 0)
+
+
+def test_workers_without_sched_getaffinity(monkeypatch):
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert default_num_workers() == 0
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert default_num_workers() == 0
+
+
+def test_explicit_num_workers_wins(monkeypatch, two_sets):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    train, _ = loaders(*two_sets, num_workers=1)
+    assert train.num_workers == 1 and train.persistent_workers
