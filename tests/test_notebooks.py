@@ -248,3 +248,10 @@ def test_stamping_changes_nothing(name, restamped):
         changes.append(f"{name}: its metadata would change (kernelspec)")
     check(False, f"{name}: tools/stamp_notebooks.py would change it: {'; '.join(changes) or 'formatting'}; "
                  "run it and keep the result")
+
+
+@notebooks
+def test_readme_lists_the_notebook_with_its_launch_links(name):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for link in (f"(notebooks/{name})", f"({colab_url(name)})", f"({binder_url(name)})"):
+        check(link in readme, f"README.md: the notebook table lacks {link} for {name}")
