@@ -51,7 +51,8 @@ def test_cpu_is_always_there(want):
     assert dev == torch.device("cpu")
 
 
-@pytest.mark.parametrize("want", ["gpu", "cuda:x", "cpu:1", "", "cuda:", "cuda:-1", "tpu", "mps:1", 42, None, 1.5])
+@pytest.mark.parametrize("want", ["gpu", "cuda:x", "cpu:1", "", "cuda:", "cuda:-1", "tpu", "mps:1", 42, None, 1.5,
+                                  torch.device("cpu", 1)])
 def test_malformed_names_list_the_choices(want):
     with pytest.raises(DeviceError) as err:
         pick_device(want)

@@ -177,3 +177,13 @@ def test_resume_under_torchrun_continues_from_the_saved_epoch(first_run):
     assert records[0]["saved_epochs"] == [2] and records[1]["saved_epochs"] == []
     assert records[0]["weights_identical"] and records[1]["weights_identical"]
     assert checkpoint.read_checkpoint(folder / "ddp.pth")["epoch"] == 2
+
+
+def test_a_numbered_gpu_under_torchrun_is_refused_not_replaced(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert distributed._device_for("cuda", 1) == torch.device("cuda", 1)
+    with pytest.raises(DeviceError, match="pass --device cuda"):
+        distributed._device_for("cuda:0", 1)

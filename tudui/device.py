@@ -42,7 +42,7 @@ def best_accelerator() -> torch.device | None:
 
 def _parse(want) -> torch.device:
     if isinstance(want, torch.device):
-        return want
+        want = str(want)  # checked like its name, so torch.device("cpu", 1) is refused too
     if not isinstance(want, str):
         raise DeviceError(f"device must be a string or torch.device, not {type(want).__name__}; choose one of: {CHOICES}")
     m = re.fullmatch(r"\s*(cpu|cuda|mps|xpu)(?::(\d+))?\s*", want.lower())

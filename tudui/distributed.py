@@ -51,6 +51,9 @@ def _device_for(want, local_rank: int) -> torch.device:
         want = "cuda" if torch.cuda.is_available() else "cpu"
     device = pick_device(want)
     if device.type == "cuda":
+        if ":" in str(want):  # a numbered GPU: each process must take its own instead
+            raise DeviceError(f"under torchrun each process uses cuda:LOCAL_RANK; pass --device cuda, "
+                              f"not {want} (choose GPUs with CUDA_VISIBLE_DEVICES)")
         count = torch.cuda.device_count()
         if local_rank >= count:
             raise DeviceError(f"process with local rank {local_rank} has no GPU of its own: {count} CUDA "
