@@ -19,7 +19,7 @@ class UsageError(Exception):
 
 class Parser(argparse.ArgumentParser):
     def error(self, message):
-        raise UsageError(message)
+        raise UsageError(f"{message} (see: {self.prog} --help)")
 
 
 def _positive(kind):
@@ -27,7 +27,7 @@ def _positive(kind):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from None
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be positive, got {text}")
         return value
