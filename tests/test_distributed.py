@@ -62,11 +62,19 @@ def test_main_first_and_barrier_just_run_in_one_process(no_torchrun):
     assert ran == [True]
 
 
-def test_a_process_without_its_own_gpu_is_refused(monkeypatch):
-    monkeypatch.setattr(torch.version, "cuda", "12.4")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+@pytest.fixture
+def gpus(monkeypatch):
+    """``gpus(n)``: pretend this machine has n CUDA devices."""
+    def pretend(n):
+        monkeypatch.setattr(torch.version, "cuda", "12.4")
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return pretend
+
+
+def test_a_process_without_its_own_gpu_is_refused(gpus):
+    gpus(1)
     assert distributed._device_for("cuda", 0) == torch.device("cuda", 0)
     with pytest.raises(DeviceError, match="--nproc-per-node=1"):
         distributed._device_for("cuda", 1)
@@ -179,11 +187,8 @@ def test_resume_under_torchrun_continues_from_the_saved_epoch(first_run):
     assert checkpoint.read_checkpoint(folder / "ddp.pth")["epoch"] == 2
 
 
-def test_a_numbered_gpu_under_torchrun_is_refused_not_replaced(monkeypatch):
-    monkeypatch.setattr(torch.version, "cuda", "12.4")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+def test_a_numbered_gpu_under_torchrun_is_refused_not_replaced(gpus):
+    gpus(2)
     assert distributed._device_for("cuda", 1) == torch.device("cuda", 1)
     with pytest.raises(DeviceError, match="pass --device cuda"):
         distributed._device_for("cuda:0", 1)
