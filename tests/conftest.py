@@ -120,3 +120,26 @@ def state_equal(a, b):
 @pytest.fixture
 def same_state():
     return state_equal
+
+
+def _course_setup(train_limit, test_limit, device="cpu"):
+    """The course's recipe on synthetic data, seeded: batch 64, Tudui, CrossEntropyLoss, SGD(lr=1e-2).
+
+    Returns (model, train_loader, test_loader, loss_fn, optimizer). Nothing else draws from torch's
+    RNG between the seed and the model's initialisation, so results are repeatable.
+    """
+    import tudui
+
+    torch.manual_seed(0)
+    train_set = tudui.cifar10(True, source="synthetic", limit=train_limit)
+    test_set = tudui.cifar10(False, source="synthetic", limit=test_limit)
+    train_loader, test_loader = tudui.loaders(train_set, test_set, batch_size=64, device=device, num_workers=0)
+    model = tudui.Tudui().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    return model, train_loader, test_loader, nn.CrossEntropyLoss(), optimizer
+
+
+@pytest.fixture
+def course_setup():
+    """``course_setup(train_limit, test_limit, device="cpu")``: see :func:`_course_setup`."""
+    return _course_setup

@@ -204,15 +204,9 @@ def test_real_cifar10_is_loaded_when_present(fake_cifar10_root, no_download, sou
 # --- learnable: the course's recipe learns it in one epoch --------------------------------------
 
 @pytest.mark.slow
-def test_tudui_learns_synthetic_data_in_one_epoch():
-    torch.manual_seed(0)
-    train_set = cifar10(True, source="synthetic", limit=5000)
-    test_set = cifar10(False, source="synthetic", limit=1000)
-    train_loader, test_loader = loaders(train_set, test_set, batch_size=64, device="cpu", num_workers=0)
-    model = tudui.Tudui()
-    loss_fn = torch.nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
-    # Nothing else may draw from torch's RNG in between: the shuffle order decides how far one epoch gets.
+def test_tudui_learns_synthetic_data_in_one_epoch(course_setup):
+    # The shuffle order decides how far one epoch gets: course_setup seeds and draws in a fixed order.
+    model, train_loader, test_loader, loss_fn, optimizer = course_setup(5000, 1000)
     tudui.train_one_epoch(model, train_loader, loss_fn, optimizer, "cpu", progress=False)
     after = tudui.evaluate(model, test_loader, loss_fn, "cpu", progress=False)
     assert after["accuracy"] >= 0.90

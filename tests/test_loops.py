@@ -7,7 +7,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Subset
 
 import tudui
-from tudui import History, Tudui, cifar10, evaluate, fit, loaders, train_one_epoch
+from tudui import History, Tudui, cifar10, evaluate, fit, train_one_epoch
 
 KEYS = {"loss", "accuracy", "images_per_s", "seconds"}
 
@@ -159,15 +159,10 @@ def test_no_host_sync_per_batch(small_set, host_syncs):
 
 
 @pytest.mark.gpu
-def test_train_on_gpu_with_pinned_batches():
-    torch.manual_seed(0)
-    train_set = cifar10(True, source="synthetic", limit=256)
-    test_set = cifar10(False, source="synthetic", limit=64)
-    train_loader, test_loader = loaders(train_set, test_set, batch_size=64, device="cuda", num_workers=0)
+def test_train_on_gpu_with_pinned_batches(course_setup):
+    model, train_loader, test_loader, loss_fn, optimizer = course_setup(256, 64, device="cuda")
     assert train_loader.pin_memory
-    model = Tudui().to("cuda")
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
-    history = fit(model, train_loader, test_loader, nn.CrossEntropyLoss(), optimizer, "cuda", epochs=2,
+    history = fit(model, train_loader, test_loader, loss_fn, optimizer, "cuda", epochs=2,
                   progress=False, log=None)
     assert history.label == "cuda"
     assert all(type(x) is float for x in history.train_loss + history.test_accuracy)
