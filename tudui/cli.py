@@ -86,14 +86,8 @@ def _train_loaders(args, ctx, train_set, test_set):
     if args.loader == "resident":
         return (_resident(train_set, args, ctx, shuffle=True),
                 _resident(test_set, args, ctx, shuffle=False))
-    if ctx.distributed:
-        from torch.utils.data import DataLoader, DistributedSampler
-        pin = ctx.device.type == "cuda"
-        return (DataLoader(train_set, args.batch_size, sampler=DistributedSampler(train_set, seed=args.seed),
-                           pin_memory=pin),
-                DataLoader(test_set, args.batch_size, sampler=DistributedSampler(test_set, shuffle=False),
-                           pin_memory=pin))
-    return data.loaders(train_set, test_set, args.batch_size, ctx.device)
+    return data.loaders(train_set, test_set, args.batch_size, ctx.device, distributed=ctx.distributed,
+                        seed=args.seed)
 
 
 def _resident(dataset, args, ctx, shuffle):

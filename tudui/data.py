@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import torchvision
 from PIL import Image
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler
 from torchvision.transforms import ToTensor
 
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer",
@@ -150,15 +150,21 @@ def default_num_workers() -> int:
     return 0 if cores <= 2 else min(4, cores - 1)
 
 
-def loaders(train_set, test_set, batch_size=64, device="cpu", num_workers=None, shuffle=True):
+def loaders(train_set, test_set, batch_size=64, device="cpu", num_workers=None, shuffle=True,
+            distributed=False, seed=0):
     """Train and test DataLoaders with settings that suit ``device``.
 
     pin_memory only for CUDA (page-locked memory lets copies overlap compute);
-    workers only where there are cores to spare.
+    workers only where there are cores to spare. ``distributed``: under
+    torchrun, each process reads its own share through a DistributedSampler
+    (shuffled from ``seed``; fit() calls its set_epoch).
     """
     device = torch.device(device)
     workers = default_num_workers() if num_workers is None else num_workers
     kwargs = dict(batch_size=batch_size, num_workers=workers, pin_memory=device.type == "cuda",
                   persistent_workers=workers > 0)
+    if distributed:
+        return (DataLoader(train_set, sampler=DistributedSampler(train_set, shuffle=shuffle, seed=seed), **kwargs),
+                DataLoader(test_set, sampler=DistributedSampler(test_set, shuffle=False), **kwargs))
     return (DataLoader(train_set, shuffle=shuffle, **kwargs),
             DataLoader(test_set, shuffle=False, **kwargs))
