@@ -16,6 +16,7 @@ import tempfile
 import torch
 from torch import nn
 
+from .distributed import unwrap
 from .model import Tudui
 
 FORMAT = "tudui-checkpoint"
@@ -26,12 +27,6 @@ COURSE_NAMES = ("__main__.Tudui", "model.Tudui")
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, unreadable, unsafe or does not fit the model."""
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The plain model inside DistributedDataParallel / DataParallel / torch.compile."""
-    model = getattr(model, "module", model)
-    return getattr(model, "_orig_mod", model)
 
 
 def save_checkpoint(path, model, optimizer=None, epoch=None, **extra):

@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from . import checkpoint, data, device, distributed, loops, timing
+from . import checkpoint, data, device, distributed, loops, resident, timing
 from .model import Tudui
 
 EXIT_USAGE = 2
@@ -82,30 +82,6 @@ def doctor(args):
               "`nvidia-smi` lists your GPU, and on Colab: Runtime > Change runtime type > GPU.")
 
 
-def _train_loaders(args, ctx, train_set, test_set):
-    if args.loader == "resident":
-        return (_resident(train_set, args, ctx, shuffle=True),
-                _resident(test_set, args, ctx, shuffle=False))
-    return data.loaders(train_set, test_set, args.batch_size, ctx.device, distributed=ctx.distributed,
-                        seed=args.seed)
-
-
-def _resident(dataset, args, ctx, shuffle):
-    from types import SimpleNamespace
-
-    import numpy as np
-
-    from .resident import ResidentLoader
-    if ctx.distributed:
-        # Each process keeps its own share, all shares the same size (padded by wrapping
-        # around, as DistributedSampler does): DDP needs the same number of batches on every
-        # rank, or one process waits forever for another's gradients.
-        n = len(dataset.targets)
-        mine = (np.arange(-(-n // ctx.world_size) * ctx.world_size) % n)[ctx.rank::ctx.world_size]
-        dataset = SimpleNamespace(data=dataset.data[mine], targets=np.asarray(dataset.targets)[mine])
-    return ResidentLoader(dataset, args.batch_size, ctx.device, shuffle=shuffle, seed=args.seed)
-
-
 def train(args):
     if args.resume and not os.path.isfile(args.checkpoint):
         raise UsageError(f"--resume: no checkpoint at {args.checkpoint!r}; train without --resume first")
@@ -125,7 +101,9 @@ def train(args):
         if ctx.distributed:
             model = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-        train_loader, test_loader = _train_loaders(args, ctx, train_set, test_set)
+        make = resident.resident_loaders if args.loader == "resident" else data.loaders
+        train_loader, test_loader = make(train_set, test_set, args.batch_size, ctx.device,
+                                         distributed=ctx.distributed, seed=args.seed)
         log = print if ctx.is_main else None
         if log:
             procs = f", {ctx.world_size} processes ({ctx.backend})" if ctx.distributed else ""

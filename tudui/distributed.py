@@ -21,6 +21,16 @@ from .device import DeviceError, pick_device
 BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
 
 
+class LaunchError(RuntimeError):
+    """The torchrun environment (RANK, WORLD_SIZE, ...) is missing or malformed."""
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The plain model inside DistributedDataParallel / DataParallel / torch.compile."""
+    model = getattr(model, "module", model)
+    return getattr(model, "_orig_mod", model)
+
+
 @dataclass
 class Context:
     """Where this process stands: rank among world_size processes, on device."""

@@ -49,3 +49,26 @@ class ResidentLoader:
         for i in range(len(self)):
             idx = order[i * self.batch_size:(i + 1) * self.batch_size]
             yield self.images[idx], self.targets[idx]
+
+
+def resident_loaders(train_set, test_set, batch_size=64, device="cpu", distributed=False, seed=0):
+    """Train and test ResidentLoaders, the counterpart of :func:`tudui.loaders`.
+
+    ``distributed``: under torchrun each process keeps its own share, all shares
+    the same size (padded by wrapping around, as DistributedSampler does): DDP
+    needs the same number of batches on every rank.
+    """
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    def share(dataset):
+        if not distributed:
+            return dataset
+        rank, world = dist.get_rank(), dist.get_world_size()
+        n = len(dataset.targets)
+        mine = (np.arange(-(-n // world) * world) % n)[rank::world]
+        return SimpleNamespace(data=dataset.data[mine], targets=np.asarray(dataset.targets)[mine])
+
+    return (ResidentLoader(share(train_set), batch_size, device, shuffle=True, seed=seed),
+            ResidentLoader(share(test_set), batch_size, device, shuffle=False, seed=seed))
