@@ -1,16 +1,18 @@
 """CIFAR-10 as the course loads it, the synthetic stand-in, and DataLoader settings per device."""
 import os
 import pickle
+import socket
 
 import numpy as np
 import pytest
 import torch
 import torchvision.datasets.cifar as tv_cifar
-from torch.utils.data import RandomSampler, SequentialSampler
+import torch.distributed as dist
+from torch.utils.data import DistributedSampler, SequentialSampler
 
 import tudui
 from tudui import CLASSES, DataError, SyntheticCIFAR10, cifar10, describe_data, is_synthetic, loaders
-from tudui.data import default_num_workers, default_source
+from tudui.data import DOWNLOAD_TIMEOUT_S, IMAGES_PER_SPLIT, cifar10_on_disk, default_num_workers, default_source
 
 CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
@@ -54,8 +56,14 @@ def test_limit_gives_a_prefix():
     assert big.targets[:300] == small.targets
 
 
-def test_default_sizes_are_cifar10s():
-    assert tudui.data.SIZES == {True: 50_000, False: 10_000}
+def test_limit_is_capped_at_the_split_size():
+    """Never more images than CIFAR-10 has, and never an allocation for more (10**12 would not fit)."""
+    assert IMAGES_PER_SPLIT == {"train": 50_000, "test": 10_000}
+    whole = SyntheticCIFAR10(train=False)
+    capped = cifar10(False, source="synthetic", limit=10**12)
+    assert len(whole) == len(capped) == len(capped.targets) == 10_000
+    assert np.array_equal(whole.data, capped.data)
+    assert len(SyntheticCIFAR10(train=False, size=10_001)) == 10_000
 
 
 def test_data_looks_like_cifar10():
@@ -99,9 +107,9 @@ def test_is_synthetic_and_describe_data():
     assert not is_synthetic(object())
 
 
-@pytest.mark.parametrize("limit", [0, -3])
-def test_limit_must_be_positive(limit):
-    with pytest.raises(DataError, match="limit"):
+@pytest.mark.parametrize("limit", [0, -3, 2.5, "10", True])
+def test_limit_must_be_a_positive_whole_number(limit):
+    with pytest.raises(DataError, match="limit must be a positive whole number of images, got"):
         cifar10(True, source="synthetic", limit=limit)
 
 
@@ -201,6 +209,67 @@ def test_real_cifar10_is_loaded_when_present(fake_cifar10_root, no_download, sou
     assert no_download == [] and capsys.readouterr().err == ""
 
 
+def test_the_download_gives_up_on_a_silent_network(tmp_path, monkeypatch):
+    """A firewall that drops packets stalls a download with no timeout for minutes: ours has one,
+    only while downloading."""
+    seen = []
+
+    def stalled(url, *args, **kwargs):
+        seen.append(socket.getdefaulttimeout())
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(tv_cifar, "download_and_extract_archive", stalled)
+    before = socket.getdefaulttimeout()
+    with pytest.raises(DataError, match=r"could not be downloaded \(timed out\)"):
+        cifar10(True, root=str(tmp_path), source="cifar10")
+    assert seen == [DOWNLOAD_TIMEOUT_S] and 0 < DOWNLOAD_TIMEOUT_S <= 60
+    assert socket.getdefaulttimeout() == before
+
+
+def test_damaged_files_are_named_not_blamed_on_the_network(fake_cifar10_root, no_download, monkeypatch):
+    root, _ = fake_cifar10_root
+    monkeypatch.setattr(tv_cifar, "check_integrity", lambda path, md5=None: not path.endswith("data_batch_3"))
+    with pytest.raises(DataError) as err:
+        cifar10(True, root=root, source="cifar10")
+    msg = str(err.value)
+    assert "incomplete or damaged" in msg and "cifar-10-batches-py" in msg
+    assert "delete that folder" in msg and "extract cifar-10-python.tar.gz" in msg
+    assert no_download  # a fresh copy was tried first (it would also re-extract an intact archive)
+
+
+def test_an_unreadable_file_is_a_permission_error(fake_cifar10_root, no_download, monkeypatch):
+    root, _ = fake_cifar10_root
+
+    def unreadable(path, md5=None):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(tv_cifar, "check_integrity", unreadable)
+    with pytest.raises(DataError, match=r"cannot read '.*data_batch_1': permission denied"):
+        cifar10(True, root=root, source="cifar10")
+    assert no_download == []
+
+
+def test_an_unreadable_folder_is_a_permission_error(fake_cifar10_root, no_download, monkeypatch, capsys):
+    root, _ = fake_cifar10_root
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: "cifar-10-batches-py" not in str(path)
+                        and real_access(path, mode))
+    with pytest.raises(DataError, match=r"cannot read '.*cifar-10-batches-py': permission denied"):
+        cifar10(True, root=root, source="cifar10")
+    ds = cifar10(True, root=root, source="auto", limit=3)  # auto says why, then uses the stand-in
+    assert is_synthetic(ds)
+    assert "permission denied" in capsys.readouterr().err
+    assert no_download == []
+
+
+def test_cifar10_on_disk_checks_every_file_by_name(fake_cifar10_root, tmp_path):
+    root, _ = fake_cifar10_root
+    assert cifar10_on_disk(root)
+    os.remove(os.path.join(root, "cifar-10-batches-py", "test_batch"))
+    assert not cifar10_on_disk(root)
+    assert not cifar10_on_disk(str(tmp_path / "nowhere"))
+
+
 # --- learnable: the course's recipe learns it in one epoch --------------------------------------
 
 @pytest.mark.slow
@@ -221,10 +290,11 @@ def two_sets():
 
 
 def test_loaders_on_cpu_do_not_pin(two_sets):
-    train, test = loaders(*two_sets, batch_size=8, device="cpu", num_workers=0)
+    train, test = loaders(*two_sets, batch_size=8, device="cpu", num_workers=0, seed=3)
     assert train.pin_memory is False and test.pin_memory is False
     assert train.batch_size == test.batch_size == 8
-    assert isinstance(train.sampler, RandomSampler)  # train shuffles
+    assert isinstance(train.sampler, DistributedSampler)  # train shuffles, by (seed, epoch)
+    assert (train.sampler.num_replicas, train.sampler.shuffle, train.sampler.seed) == (1, True, 3)
     assert isinstance(test.sampler, SequentialSampler)  # test does not
     assert train.dataset is two_sets[0] and test.dataset is two_sets[1]
     imgs, targets = next(iter(train))
@@ -239,19 +309,80 @@ def test_loaders_for_cuda_pin_memory(two_sets, device):
 
 def test_loaders_without_shuffle(two_sets):
     train, _ = loaders(*two_sets, num_workers=0, shuffle=False)
-    assert isinstance(train.sampler, SequentialSampler)
+    assert list(train.sampler) == list(range(40))
 
 
-@pytest.mark.parametrize("cores, workers", [(1, 0), (2, 0), (3, 2), (8, 4), (64, 4)])
-def test_workers_suit_the_cores(monkeypatch, two_sets, cores, workers):
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+def test_loaders_draw_nothing_from_the_global_rng(two_sets):
+    """The order comes from (seed, epoch), worker seeds from the loader's own generator."""
+    train, _ = loaders(*two_sets, batch_size=8, num_workers=0, seed=1)
+    train.sampler.set_epoch(2)
+    torch.manual_seed(0)
+    first = [t.tolist() for _, t in train]
+    state = torch.get_rng_state()
+    train.sampler.set_epoch(2)
+    torch.manual_seed(99)
+    assert [t.tolist() for _, t in train] == first
+    torch.manual_seed(0)
+    _ = [t for _, t in train]
+    assert torch.equal(torch.get_rng_state(), state)
+    train.sampler.set_epoch(3)
+    assert [t.tolist() for _, t in train] != first
+
+
+def test_a_loop_without_set_epoch_still_reshuffles_every_epoch(two_sets):
+    """The course's own loop never calls set_epoch: each pass is the next epoch's order."""
+    train, _ = loaders(*two_sets, batch_size=8, num_workers=0, seed=1)
+    passes = [[t.tolist() for _, t in train] for _ in range(3)]
+    assert passes[0] != passes[1] != passes[2]
+    again, _ = loaders(*two_sets, batch_size=8, num_workers=0, seed=1)
+    again.sampler.set_epoch(1)  # set_epoch(k) replays pass k exactly: how a resumed run catches up
+    assert [t.tolist() for _, t in again] == passes[1]
+
+
+def test_distributed_loaders_read_this_process_share(two_sets, monkeypatch):
+    monkeypatch.setattr(dist, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 4)
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: 1)
+    train, test = loaders(*two_sets, num_workers=0, distributed=True, seed=5)
+    for sampler, shuffled in ((train.sampler, True), (test.sampler, False)):
+        assert isinstance(sampler, DistributedSampler)
+        assert (sampler.num_replicas, sampler.rank, sampler.shuffle) == (4, 1, shuffled)
+    assert train.sampler.seed == 5 and len(train.sampler) == 10 and len(test.sampler) == 5
+
+
+@pytest.fixture
+def cores(monkeypatch):
+    """``cores(n)``: this machine has n cores for us, and no torchrun processes share them."""
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    return lambda n: monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(n)), raising=False)
+
+
+@pytest.mark.parametrize("n, workers", [(1, 0), (2, 0), (3, 2), (8, 4), (64, 4)])
+def test_workers_suit_the_cores(cores, two_sets, n, workers):
+    cores(n)
     assert default_num_workers() == workers
     train, test = loaders(*two_sets)
     assert train.num_workers == test.num_workers == workers
     assert train.persistent_workers == (workers > 0)
 
 
+@pytest.mark.parametrize("n, processes, workers", [(16, 8, 0), (16, 4, 3), (64, 8, 4), (2, 2, 0)])
+def test_torchrun_processes_share_the_cores(cores, monkeypatch, n, processes, workers):
+    cores(n)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(processes))
+    assert default_num_workers() == workers
+
+
+def test_no_workers_on_windows(cores, monkeypatch):
+    cores(16)
+    monkeypatch.setattr(os, "name", "nt")
+    workers = default_num_workers()
+    monkeypatch.undo()
+    assert workers == 0
+
+
 def test_workers_without_sched_getaffinity(monkeypatch):
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     monkeypatch.delattr(os, "sched_getaffinity", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     assert default_num_workers() == 0
@@ -259,7 +390,7 @@ def test_workers_without_sched_getaffinity(monkeypatch):
     assert default_num_workers() == 0
 
 
-def test_explicit_num_workers_wins(monkeypatch, two_sets):
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+def test_explicit_num_workers_wins(cores, two_sets):
+    cores(2)
     train, _ = loaders(*two_sets, num_workers=1)
     assert train.num_workers == 1 and train.persistent_workers

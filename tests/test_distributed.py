@@ -7,18 +7,18 @@ identical weights. The unit tests need no torchrun.
 """
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import textwrap
-from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 
 from tudui import DeviceError, checkpoint, distributed
-from tudui.cli import _resident
+from tudui.distributed import LaunchError
 
 # --- without torchrun: one process, nothing to join ---------------------------------------------
 
@@ -85,19 +85,69 @@ def test_auto_under_torchrun_without_gpu_is_cpu(monkeypatch):
     assert distributed._device_for("auto", 1) == torch.device("cpu")
 
 
-@pytest.mark.parametrize("n", [129, 130, 7, 1])
-@pytest.mark.parametrize("world", [2, 3])
-def test_resident_shards_have_the_same_number_of_batches(n, world):
-    """DDP hangs (or gloo aborts) when one rank has a batch more than another."""
-    dataset = SimpleNamespace(data=(np.arange(n * 2) % 256).astype(np.uint8).reshape(n, 1, 1, 2),
-                              targets=list(range(n)))
-    args = SimpleNamespace(batch_size=32, seed=0)
-    loaders = [_resident(dataset, args, distributed.Context(rank=r, world_size=world), shuffle=True)
-               for r in range(world)]
-    assert len({len(loader) for loader in loaders}) == 1
-    assert len({len(loader.targets) for loader in loaders}) == 1
-    seen = set().union(*(loader.targets.tolist() for loader in loaders))
-    assert seen == set(range(n))  # every image is in some shard
+# --- a malformed torchrun environment: one line saying what to do ------------------------------
+
+LAUNCHED = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
+@pytest.mark.parametrize("changes, problem", [
+    ({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc' is not a whole number"),
+    ({"WORLD_SIZE": "-2"}, "WORLD_SIZE=-2 is out of range (must be at least 1)"),
+    ({"RANK": None}, "WORLD_SIZE=2 but RANK is not set"),
+    ({"RANK": "2"}, "RANK=2 is out of range (must be from 0 to 1)"),
+    ({"RANK": "-1"}, "RANK=-1 is out of range (must be from 0 to 1)"),
+    ({"RANK": "one"}, "RANK='one' is not a whole number"),
+    ({"MASTER_ADDR": None}, "WORLD_SIZE=2 but MASTER_ADDR is not set"),
+    ({"MASTER_PORT": None}, "WORLD_SIZE=2 but MASTER_PORT is not set"),
+    ({"MASTER_PORT": "70000"}, "MASTER_PORT=70000 is out of range (must be from 1 to 65535)"),
+    ({"LOCAL_RANK": "x"}, "LOCAL_RANK='x' is not a whole number"),
+    ({"LOCAL_WORLD_SIZE": "0"}, "LOCAL_WORLD_SIZE=0 is out of range (must be at least 1)"),
+])
+def test_a_malformed_torchrun_environment_says_what_to_do(no_torchrun, monkeypatch, changes, problem):
+    for name, value in {**LAUNCHED, **changes}.items():
+        if value is not None:
+            monkeypatch.setenv(name, value)
+    with pytest.raises(LaunchError) as err:
+        distributed.setup("cpu")
+    message = str(err.value)
+    assert message == f"{problem}; launch with: torchrun --nproc-per-node=N -m tudui train ..."
+    assert not dist.is_initialized()
+
+
+@pytest.fixture
+def one_process_group(no_torchrun):
+    """A real gloo process group of one process (this one), left again by the test."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_teardown_waits_for_the_others_then_leaves_and_can_be_called_again(one_process_group, monkeypatch):
+    calls = []
+    barrier, destroy = dist.barrier, dist.destroy_process_group
+    monkeypatch.setattr(dist, "barrier", lambda *a, **k: (calls.append("barrier"), barrier(*a, **k)))
+    monkeypatch.setattr(dist, "destroy_process_group", lambda *a, **k: (calls.append("destroy"), destroy(*a, **k)))
+    distributed.teardown()
+    assert calls == ["barrier", "destroy"] and not dist.is_initialized()
+    distributed.teardown()  # a second call (e.g. from a finally block) does nothing
+    assert calls == ["barrier", "destroy"]
+
+
+def test_teardown_after_an_error_does_not_wait_for_the_others(one_process_group, monkeypatch):
+    """After an error the other processes may never reach a barrier: leave at once (torchrun stops them)."""
+    calls = []
+    monkeypatch.setattr(dist, "barrier", lambda *a, **k: calls.append("barrier"))
+    with pytest.raises(KeyError):
+        try:
+            raise KeyError("failed mid-epoch")
+        finally:
+            distributed.teardown()
+    assert calls == [] and not dist.is_initialized()
 
 
 # --- under torchrun: 2 CPU processes -----------------------------------------------------------
@@ -137,18 +187,28 @@ TRAIN = ["train", "--device", "cpu", "--limit", "129", "--batch-size", "32", "--
          "--no-progress"]
 
 
-def torchrun(folder, *args):
+def torchrun(folder, *args, timeout=180):
+    """Run torchrun with 2 processes; a hang (e.g. a rank that never exits) fails the test after
+    ``timeout`` seconds, and every process it started is killed."""
     for old in folder.glob("rank*.json"):
         old.unlink()
     env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}
     env.update(TUDUI_DATA="synthetic", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
            "recording_main.py", *args]
-    result = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=180)
-    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+    with subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # torchrun and the ranks it started
+            stdout, stderr = proc.communicate()
+            pytest.fail(f"torchrun did not finish within {timeout} s:\n{stdout}{stderr[-4000:]}")
+    assert proc.returncode == 0, stdout + stderr[-4000:]
     records = {int(p.stem[4:]): json.loads(p.read_text()) for p in folder.glob("rank*.json")}
     assert sorted(records) == [0, 1]
-    return result.stdout, records
+    stdout = "\n".join(line for line in stdout.splitlines() if not line.startswith("[Gloo]"))  # torch 2.9's
+    return stdout, records
 
 
 @pytest.fixture(scope="module")
@@ -178,13 +238,24 @@ def test_train_under_torchrun_logs_and_saves_once(first_run):
 @pytest.mark.slow
 def test_resume_under_torchrun_continues_from_the_saved_epoch(first_run):
     folder, _, _ = first_run
-    stdout, records = torchrun(folder, *TRAIN, "--epochs", "2", "--resume", "--loader", "resident")
+    stdout, records = torchrun(folder, *TRAIN, "--epochs", "2", "--resume")
     assert "resuming after epoch 1 from ddp.pth" in stdout
     assert "epoch 1:" not in stdout
     assert stdout.count("epoch 2: train loss") == 1
     assert records[0]["saved_epochs"] == [2] and records[1]["saved_epochs"] == []
     assert records[0]["weights_identical"] and records[1]["weights_identical"]
     assert checkpoint.read_checkpoint(folder / "ddp.pth")["epoch"] == 2
+
+
+@pytest.mark.slow
+def test_resident_data_under_torchrun_gives_every_rank_the_same_batches(first_run):
+    """Shares of 65 and 64 images would be 3 and 2 batches (DDP would hang): DistributedSampler's evens them."""
+    folder, _, _ = first_run
+    args = [a if a != "ddp.pth" else "resident.pth" for a in TRAIN]
+    stdout, records = torchrun(folder, *args, "--epochs", "2", "--loader", "resident")
+    assert stdout.count("loader: resident") == 1 and stdout.count("epoch 2: train loss") == 1
+    assert records[0]["saved_epochs"] == [1, 2] and records[1]["saved_epochs"] == []
+    assert records[0]["weights_identical"] and records[1]["weights_identical"]
 
 
 def test_a_numbered_gpu_under_torchrun_is_refused_not_replaced(gpus):

@@ -1,5 +1,6 @@
 """train_one_epoch / evaluate / fit: plain numbers out, learning happens, no host sync per batch."""
 import collections
+import copy
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import tudui
 from tudui import History, Tudui, cifar10, evaluate, fit, train_one_epoch
 
 KEYS = {"loss", "accuracy", "images_per_s", "seconds"}
+loops = tudui.loops
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +124,88 @@ def test_fit_sets_the_epoch_of_shuffling_samplers(small_set):
     assert sampler.epochs == [2, 3]
 
 
+def test_any_iterable_of_batches_will_do(small_set):
+    """The loop needs no DataLoader: a list of (images, targets) pairs is a loader too."""
+    torch.manual_seed(0)
+    batches = list(loader(small_set, 20, batch_size=8))
+    model = Tudui()
+    from_list = evaluate(model, batches, nn.CrossEntropyLoss(), "cpu", progress=False)
+    from_loader = evaluate(model, loader(small_set, 20, 8), nn.CrossEntropyLoss(), "cpu", progress=False)
+    assert from_list["images"] == from_loader["images"] == 20
+    assert from_list["loss"] == from_loader["loss"] and from_list["accuracy"] == from_loader["accuracy"]
+
+
+@pytest.mark.parametrize("empty", ["dataset", "drop_last"])
+def test_an_empty_loader_is_an_error_not_a_zero_loss(small_set, empty):
+    data = Subset(small_set, range(0 if empty == "dataset" else 5))
+    nothing = DataLoader(data, batch_size=8, drop_last=True)
+    model = Tudui()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    with pytest.raises(ValueError, match="has no batches"):
+        fit(model, nothing, loader(small_set, 8), nn.CrossEntropyLoss(), optimizer, "cpu", epochs=1,
+            progress=False, log=None)
+    with pytest.raises(ValueError, match="has no batches"):
+        evaluate(model, nothing, nn.CrossEntropyLoss(), "cpu", progress=False)
+
+
+def test_totals_are_summed_across_ranks_once_per_epoch(small_set, monkeypatch):
+    """Under torchrun the epoch's sums go through one all_reduce; here a fake one doubles them
+    (as two ranks with the same batches would): the means stay, the image count doubles."""
+    calls = []
+
+    def two_identical_ranks(totals):
+        calls.append(totals.clone())
+        return totals.mul_(2)
+
+    model = Tudui()
+    alone = evaluate(model, loader(small_set, 24, batch_size=8), nn.CrossEntropyLoss(), "cpu", progress=False)
+    monkeypatch.setattr(loops, "sum_across_ranks", two_identical_ranks)
+    both = evaluate(model, loader(small_set, 24, batch_size=8), nn.CrossEntropyLoss(), "cpu", progress=False)
+    assert len(calls) == 1 and calls[0].tolist()[2] == 24  # loss sum, correct, images: one call per epoch
+    assert both["images"] == 48
+    assert both["loss"] == pytest.approx(alone["loss"]) and both["accuracy"] == pytest.approx(alone["accuracy"])
+
+
+@pytest.mark.parametrize("kind, workers", [("dataloader", 0), ("dataloader", 2), ("resident", None)])
+def test_resume_is_bit_identical_to_an_uninterrupted_run(small_set, kind, workers):
+    """3 epochs straight == 1 epoch, a checkpoint, then a fresh start (new model, optimizer, loaders,
+    and the global RNG anywhere) resumed to 3: with DataLoader workers on and off, and resident data."""
+    train_set, test_set = Subset(small_set, range(64)), Subset(small_set, range(64, 96))
+    if kind == "resident":
+        train_set = cifar10(True, source="synthetic", limit=64)
+        test_set = cifar10(False, source="synthetic", limit=32)
+
+    def fresh_start():
+        model = Tudui()
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+        make = tudui.resident_loaders if kind == "resident" else tudui.loaders
+        extra = {} if kind == "resident" else {"num_workers": workers}
+        return model, optimizer, make(train_set, test_set, batch_size=16, seed=3, **extra)
+
+    def train(model, optimizer, loaders, epochs, start_epoch=0):
+        fit(model, *loaders, nn.CrossEntropyLoss(), optimizer, "cpu", epochs, start_epoch=start_epoch,
+            progress=False, log=None)
+
+    torch.manual_seed(0)
+    straight, optimizer, loaders = fresh_start()
+    train(straight, optimizer, loaders, epochs=3)
+
+    torch.manual_seed(0)
+    model, optimizer, loaders = fresh_start()
+    train(model, optimizer, loaders, epochs=1)
+    saved = copy.deepcopy({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
+    del model, optimizer, loaders
+
+    torch.manual_seed(12345)  # a new process: the global RNG is wherever it is
+    resumed, optimizer, loaders = fresh_start()
+    resumed.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    train(resumed, optimizer, loaders, epochs=3, start_epoch=1)
+    for (name, a), b in zip(straight.named_parameters(), resumed.parameters()):
+        assert torch.equal(a, b), name
+    assert not torch.equal(straight.model[0].weight, Tudui().model[0].weight)  # it did train
+
+
 @pytest.fixture
 def host_syncs(monkeypatch):
     """Count Python-level calls that copy a tensor's value to the host (each a sync on a GPU)."""
@@ -168,4 +252,3 @@ def test_train_on_gpu_with_pinned_batches(course_setup):
     assert all(type(x) is float for x in history.train_loss + history.test_accuracy)
     assert history.train_loss[-1] < history.train_loss[0]
     assert next(model.parameters()).device.type == "cuda"
-    assert tudui.loops._non_blocking(train_loader, "cuda")

@@ -1,20 +1,25 @@
 """CIFAR-10 as the course loads it, a synthetic stand-in, and DataLoaders."""
 from __future__ import annotations
 
+import numbers
 import os
+import socket
 import sys
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 import torchvision
 from PIL import Image
 from torch.utils.data import DataLoader, DistributedSampler
+from torchvision.datasets import CIFAR10
 from torchvision.transforms import ToTensor
 
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer",
            "dog", "frog", "horse", "ship", "truck"]
 SOURCES = ("auto", "cifar10", "synthetic")
-SIZES = {True: 50_000, False: 10_000}
+IMAGES_PER_SPLIT = {"train": 50_000, "test": 10_000}  # CIFAR-10's sizes
+DOWNLOAD_TIMEOUT_S = 30  # a firewall that drops packets would otherwise stall the download for minutes
 
 
 class DataError(RuntimeError):
@@ -35,7 +40,8 @@ class SyntheticCIFAR10(torchvision.datasets.VisionDataset):
     def __init__(self, train=True, transform=None, target_transform=None, size=None, seed=0):
         super().__init__(root="synthetic", transform=transform, target_transform=target_transform)
         self.train = train
-        n = SIZES[train] if size is None else size
+        full = IMAGES_PER_SPLIT["train" if train else "test"]
+        n = full if size is None else min(size, full)  # never more than CIFAR-10 has
         self.data, self.targets = _synthetic_images(n, seed, split=0 if train else 1)
 
     def __len__(self):
@@ -92,8 +98,48 @@ def default_source() -> str:
     return source
 
 
-def _real_cifar10(train: bool, root: str, download: bool):
-    return torchvision.datasets.CIFAR10(root, train=train, transform=ToTensor(), download=download)
+def cifar10_on_disk(root="data") -> bool:
+    """True when all of CIFAR-10's files are in ``root`` (checked by name only: fast, no download)."""
+    folder = os.path.join(root, CIFAR10.base_folder)
+    names = [name for name, _ in CIFAR10.train_list + CIFAR10.test_list] + [CIFAR10.meta["filename"]]
+    return all(os.path.isfile(os.path.join(folder, name)) for name in names)
+
+
+@contextmanager
+def _socket_timeout(seconds):
+    """Give up on a network read or connect that waits longer than ``seconds`` (restored afterwards)."""
+    before = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(seconds)
+    try:
+        yield
+    finally:
+        socket.setdefaulttimeout(before)
+
+
+def _load_real(train: bool, root: str):
+    """Real CIFAR-10 from ``root``, downloading it when it is not there; a DataError says why not."""
+    folder = os.path.join(root, CIFAR10.base_folder)
+    split = "train" if train else "test"
+    if os.path.isdir(folder) and not os.access(folder, os.R_OK | os.X_OK):
+        raise DataError(f"cannot read {folder!r}: permission denied; fix its permissions or choose another root")
+    try:
+        return CIFAR10(root, train=train, transform=ToTensor())
+    except PermissionError as exc:
+        raise DataError(f"cannot read {exc.filename!r}: permission denied; fix its permissions") from None
+    except RuntimeError:  # a file is missing or fails its checksum: download (or re-extract the archive)
+        damaged = os.path.isdir(folder)
+    try:
+        with _socket_timeout(DOWNLOAD_TIMEOUT_S):
+            return CIFAR10(root, train=train, transform=ToTensor(), download=True)
+    except Exception as exc:  # no network, a timeout, disk full, a bad archive ...
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if damaged:
+        raise DataError(f"CIFAR-10 in {folder!r} is incomplete or damaged (a file is missing or fails its "
+                        f"checksum) and a fresh copy could not be downloaded ({reason}); delete that folder "
+                        f"and download again, or extract cifar-10-python.tar.gz into {root!r} again")
+    raise DataError(f"CIFAR-10 ({split}) is not in {os.path.abspath(root)!r} and could not be downloaded "
+                    f"({reason}); download cifar-10-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html "
+                    f"and extract it into {root!r}")
 
 
 def cifar10(train=True, root="data", source=None, limit=None, seed=0):
@@ -102,33 +148,25 @@ def cifar10(train=True, root="data", source=None, limit=None, seed=0):
     source: ``"auto"`` (real CIFAR-10 from ``root``, downloading it if needed,
     else the synthetic stand-in, said in one line), ``"cifar10"`` (the real set
     or a DataError), ``"synthetic"`` (the stand-in). Default: $TUDUI_DATA or auto.
-    limit: keep only the first ``limit`` images (a deterministic subset).
+    limit: keep only the first ``limit`` images (a deterministic subset; at most the whole split).
     """
     source = default_source() if source is None else source
     if source not in SOURCES:
         raise DataError(f"unknown data source {source!r}; use one of {', '.join(SOURCES)}")
-    if limit is not None and limit < 1:
-        raise DataError(f"limit must be a positive number of images, got {limit}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 1):
+        raise DataError(f"limit must be a positive whole number of images, got {limit!r}")
     split = "train" if train else "test"
+    size = IMAGES_PER_SPLIT[split] if limit is None else min(int(limit), IMAGES_PER_SPLIT[split])
     if source == "synthetic":
-        return SyntheticCIFAR10(train, transform=ToTensor(), size=limit, seed=seed)
+        return SyntheticCIFAR10(train, transform=ToTensor(), size=size, seed=seed)
     try:
-        ds = _real_cifar10(train, root, download=False)
-    except RuntimeError:
-        try:
-            ds = _real_cifar10(train, root, download=True)
-        except Exception as exc:  # no network, disk full, bad archive ...
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            if source == "cifar10":
-                raise DataError(
-                    f"CIFAR-10 ({split}) is not in {os.path.abspath(root)!r} and could not be downloaded "
-                    f"({reason}); download cifar-10-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html "
-                    f"and extract it into {root!r}") from None
-            print(f"CIFAR-10 not found in {root!r} and not downloadable ({reason}): "
-                  f"using the synthetic stand-in for the {split} set", file=sys.stderr)
-            return SyntheticCIFAR10(train, transform=ToTensor(), size=limit, seed=seed)
-    if limit is not None:
-        ds.data, ds.targets = ds.data[:limit], ds.targets[:limit]
+        ds = _load_real(train, root)
+    except DataError as exc:
+        if source == "cifar10":
+            raise
+        print(f"{exc}: using the synthetic stand-in for the {split} set", file=sys.stderr)
+        return SyntheticCIFAR10(train, transform=ToTensor(), size=size, seed=seed)
+    ds.data, ds.targets = ds.data[:size], ds.targets[:size]
     return ds
 
 
@@ -145,26 +183,43 @@ def describe_data(dataset) -> str:
 
 
 def default_num_workers() -> int:
-    """DataLoader workers that suit the place: none on 1-2 cores (Binder, Colab, small laptops)."""
+    """DataLoader worker processes that suit the place: none on 1-2 cores (Binder, Colab, small laptops);
+    under torchrun the processes on this machine ($LOCAL_WORLD_SIZE) share its cores."""
+    if os.name == "nt":  # Windows starts workers with spawn: seconds per start, more than they save here
+        return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores //= int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     return 0 if cores <= 2 else min(4, cores - 1)
+
+
+class EpochSampler(DistributedSampler):
+    """DistributedSampler (shuffled from seed + epoch) that moves on to the next epoch after each pass,
+    so a loop that never calls set_epoch still sees a new order every epoch."""
+
+    def __iter__(self):
+        order = super().__iter__()
+        self.epoch += 1
+        return order
 
 
 def loaders(train_set, test_set, batch_size=64, device="cpu", num_workers=None, shuffle=True,
             distributed=False, seed=0):
     """Train and test DataLoaders with settings that suit ``device``.
 
-    pin_memory only for CUDA (page-locked memory lets copies overlap compute);
-    workers only where there are cores to spare. ``distributed``: under
-    torchrun, each process reads its own share through a DistributedSampler
-    (shuffled from ``seed``; fit() calls its set_epoch).
+    pin_memory only for CUDA (page-locked memory lets copies overlap compute); workers only where there
+    are cores to spare. The train order comes from an :class:`EpochSampler`: its shuffle depends on
+    (seed, epoch) alone, so a resumed run sees the batches of an uninterrupted one (fit() calls its
+    set_epoch), and a loop of your own still gets a new order every epoch.
+    ``distributed``: under torchrun each process reads its own share (the sampler asks torch.distributed).
     """
-    device = torch.device(device)
     workers = default_num_workers() if num_workers is None else num_workers
-    kwargs = dict(batch_size=batch_size, num_workers=workers, pin_memory=device.type == "cuda",
-                  persistent_workers=workers > 0)
-    if distributed:
-        return (DataLoader(train_set, sampler=DistributedSampler(train_set, shuffle=shuffle, seed=seed), **kwargs),
-                DataLoader(test_set, sampler=DistributedSampler(test_set, shuffle=False), **kwargs))
-    return (DataLoader(train_set, shuffle=shuffle, **kwargs),
-            DataLoader(test_set, shuffle=False, **kwargs))
+    one_process = {} if distributed else {"num_replicas": 1, "rank": 0}
+    train_sampler = EpochSampler(train_set, shuffle=shuffle, seed=seed, **one_process)
+    test_sampler = DistributedSampler(test_set, shuffle=False) if distributed else None
+
+    def loader(dataset, sampler):
+        return DataLoader(dataset, batch_size, sampler=sampler, num_workers=workers,
+                          pin_memory=torch.device(device).type == "cuda", persistent_workers=workers > 0,
+                          generator=torch.Generator().manual_seed(seed))  # worker seeds: not the global RNG
+
+    return loader(train_set, train_sampler), loader(test_set, test_sampler)

@@ -10,6 +10,7 @@ Without torchrun it returns a single-process :class:`Context` and joins nothing.
 from __future__ import annotations
 
 import os
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ import torch.distributed as dist
 from .device import DeviceError, pick_device
 
 BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
+LAUNCH = "launch with: torchrun --nproc-per-node=N -m tudui train ..."
 
 
 class LaunchError(RuntimeError):
@@ -50,9 +52,37 @@ class Context:
         return self.world_size > 1
 
 
+def _env_int(name: str, low: int, high: int | None = None) -> int | None:
+    """Environment variable ``name`` as a whole number in [low, high); None when unset."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise LaunchError(f"{name}={text!r} is not a whole number; {LAUNCH}") from None
+    if value < low or (high is not None and value >= high):
+        limits = f"from {low} to {high - 1}" if high is not None else f"at least {low}"
+        raise LaunchError(f"{name}={value} is out of range (must be {limits}); {LAUNCH}")
+    return value
+
+
 def launched_by_torchrun() -> bool:
     """True in a process started by torchrun with more than one process in all."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return (_env_int("WORLD_SIZE", 1) or 1) > 1
+
+
+def _torchrun_env() -> tuple[int, int, int]:
+    """(rank, world size, local rank) as torchrun sets them, checked: a LaunchError says what is wrong."""
+    world = _env_int("WORLD_SIZE", 1)
+    rank = _env_int("RANK", 0, world)
+    for name in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
+        if not os.environ.get(name, "").strip():
+            raise LaunchError(f"WORLD_SIZE={world} but {name} is not set; {LAUNCH}")
+    _env_int("MASTER_PORT", 1, 65536)
+    _env_int("LOCAL_WORLD_SIZE", 1)  # data.default_num_workers shares the cores by it
+    local = _env_int("LOCAL_RANK", 0)
+    return rank, world, rank if local is None else local
 
 
 def _device_for(want, local_rank: int) -> torch.device:
@@ -84,8 +114,7 @@ def setup(want="auto") -> Context:
     """
     if not launched_by_torchrun():
         return Context(device=pick_device(want))
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local = int(os.environ.get("LOCAL_RANK", rank))
+    rank, world, local = _torchrun_env()
     device = _device_for(want, local)
     backend = BACKENDS[device.type]
     if device.type == "cuda":
@@ -96,8 +125,15 @@ def setup(want="auto") -> Context:
 
 
 def teardown():
-    """Leave the process group (if this process joined one)."""
+    """Leave the process group (if this process joined one); safe to call twice.
+
+    On a clean exit every process first waits for the others, so none destroys the group while
+    another still uses it. Free the DDP model before (``del model``): a model that still holds
+    the group can hang the exit. After an error there is no waiting: torchrun stops the others.
+    """
     if dist.is_available() and dist.is_initialized():
+        if sys.exc_info()[0] is None:  # no exception on its way out
+            dist.barrier()
         dist.destroy_process_group()
 
 

@@ -1,4 +1,4 @@
-"""Training and test loops with the device as a parameter (the ``.to(device)`` way)."""
+"""The training and test loops of the lessons, with the device as a parameter (the ``.to(device)`` way)."""
 from __future__ import annotations
 
 import time
@@ -7,59 +7,51 @@ from dataclasses import dataclass, field
 import torch
 from tqdm.auto import tqdm
 
-from .device import synchronize
 from .distributed import sum_across_ranks
 
 
-def _move(imgs, targets, device, non_blocking):
-    return imgs.to(device, non_blocking=non_blocking), targets.to(device, non_blocking=non_blocking)
+def run_epoch(model, loader, loss_fn, device, optimizer=None, progress=True):
+    """One pass over ``loader``: trains when given an optimizer, else only measures.
 
-
-def _non_blocking(loader, device) -> bool:
-    """Asynchronous copies only make sense from pinned memory to a CUDA device."""
-    return torch.device(device).type == "cuda" and getattr(loader, "pin_memory", False)
-
-
-def _run(model, loader, loss_fn, device, optimizer, progress, desc):
-    device = torch.device(device)
-    non_blocking = _non_blocking(loader, device)
-    total_loss = torch.zeros((), device=device)
-    correct = torch.zeros((), dtype=torch.long, device=device)
-    seen = 0
-    synchronize(device)
+    Returns the mean loss, the accuracy, images_per_s, seconds and the number of images.
+    """
+    total_loss = torch.zeros((), device=device)  # sums stay on the device: no .item() per batch,
+    correct = torch.zeros((), device=device)     # so the CPU never waits for the GPU inside the loop
+    images = 0
     start = time.perf_counter()
-    for imgs, targets in tqdm(loader, desc=desc, leave=False, disable=not progress):
-        imgs, targets = _move(imgs, targets, device, non_blocking)
+    batches = tqdm(loader, desc="test" if optimizer is None else "train", leave=False, disable=not progress)
+    for imgs, targets in batches:
+        imgs = imgs.to(device, non_blocking=True)  # asynchronous from pinned memory, else a plain copy
+        targets = targets.to(device, non_blocking=True)
         outputs = model(imgs)
         loss = loss_fn(outputs, targets)
         if optimizer is not None:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-        # Accumulate on the device: no .item() here, so no sync per batch.
-        total_loss += loss.detach() * targets.size(0)
+        total_loss += loss.detach() * len(targets)
         correct += (outputs.argmax(1) == targets).sum()
-        seen += targets.size(0)
-    # Under torchrun: totals over all processes (one all_reduce per epoch).
-    totals = sum_across_ranks(torch.stack([total_loss, correct.to(total_loss.dtype),
-                                           torch.tensor(float(seen), device=device)])).tolist()
+        images += len(targets)
+    if images == 0:
+        raise ValueError("the loader has no batches: its dataset is empty, or drop_last drops its only batch")
+    totals = torch.stack([total_loss, correct, torch.tensor(float(images), device=device)])
+    loss_sum, correct_sum, all_images = sum_across_ranks(totals).tolist()  # one read; under torchrun: all ranks
     seconds = time.perf_counter() - start
-    loss_sum, correct_sum, seen = totals[0], totals[1], max(totals[2], 1)
-    return {"loss": loss_sum / seen, "accuracy": correct_sum / seen,
-            "images_per_s": seen / seconds, "seconds": seconds, "images": int(seen)}
+    return {"loss": loss_sum / all_images, "accuracy": correct_sum / all_images,
+            "images_per_s": all_images / seconds, "seconds": seconds, "images": int(all_images)}
 
 
 def train_one_epoch(model, loader, loss_fn, optimizer, device, progress=True):
-    """One pass over ``loader`` with updates. Returns loss, accuracy, images_per_s, seconds."""
+    """One pass over ``loader`` with updates. Returns loss, accuracy, images_per_s, seconds, images."""
     model.train()
-    return _run(model, loader, loss_fn, device, optimizer, progress, "train")
+    return run_epoch(model, loader, loss_fn, device, optimizer, progress)
 
 
 @torch.no_grad()
 def evaluate(model, loader, loss_fn, device, progress=True):
-    """Loss and accuracy over ``loader`` without updates."""
+    """Loss and accuracy over ``loader`` without updates (same keys as :func:`train_one_epoch`)."""
     model.eval()
-    return _run(model, loader, loss_fn, device, None, progress, "test")
+    return run_epoch(model, loader, loss_fn, device, None, progress)
 
 
 @dataclass
@@ -94,8 +86,8 @@ def fit(model, train_loader, test_loader, loss_fn, optimizer, device, epochs,
     history = History(label=label if label is not None else str(torch.device(device)))
     for epoch in range(start_epoch + 1, epochs + 1):
         for shuffler in (train_loader, getattr(train_loader, "sampler", None)):
-            if hasattr(shuffler, "set_epoch"):  # DistributedSampler, ResidentLoader: a new shuffle each
-                shuffler.set_epoch(epoch)         # epoch, the same one when resuming at this epoch
+            if hasattr(shuffler, "set_epoch"):  # the shuffle of epoch k depends on (seed, k) alone,
+                shuffler.set_epoch(epoch)         # so a run resumed at epoch k sees the same batches
         train = train_one_epoch(model, train_loader, loss_fn, optimizer, device, progress)
         test = evaluate(model, test_loader, loss_fn, device, progress)
         history.append(epoch, train, test)

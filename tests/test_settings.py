@@ -1,0 +1,79 @@
+"""quick_mode(): quick unless a GPU and real CIFAR-10 on disk make the full lessons worth it; in_colab()."""
+import sys
+
+import pytest
+import torch
+
+from tudui import in_colab, quick_mode, settings
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """``machine(accelerator=..., on_disk=..., data=...)``: pretend a GPU or none, CIFAR-10 on disk or
+    not, and a $TUDUI_DATA; $TUDUI_QUICK is unset. Returns the roots that the file check was asked about."""
+    asked = []
+
+    def pretend(accelerator=True, on_disk=True, data="auto"):
+        monkeypatch.delenv("TUDUI_QUICK", raising=False)
+        monkeypatch.setenv("TUDUI_DATA", data)
+        found = torch.device("cuda", 0) if accelerator else None
+        monkeypatch.setattr(settings, "best_accelerator", lambda: found)
+        monkeypatch.setattr(settings, "cifar10_on_disk", lambda root: asked.append(root) or on_disk)
+        return asked
+    return pretend
+
+
+def test_full_size_only_with_an_accelerator_and_cifar10_on_disk(machine):
+    asked = machine(accelerator=True, on_disk=True)
+    assert quick_mode() is False
+    assert asked == ["data"]
+    assert quick_mode(root="elsewhere") is False and asked[-1] == "elsewhere"
+
+
+def test_an_offline_gpu_machine_stays_quick(machine):
+    """No CIFAR-10 on disk: a full run would train on 50,000 synthetic images for nothing."""
+    machine(accelerator=True, on_disk=False)
+    assert quick_mode() is True
+
+
+def test_a_cpu_stays_quick_even_with_cifar10(machine):
+    machine(accelerator=False, on_disk=True)
+    assert quick_mode() is True
+
+
+@pytest.mark.parametrize("data, quick", [("synthetic", True), ("cifar10", False), ("auto", False)])
+def test_tudui_data_synthetic_is_quick(machine, data, quick):
+    machine(accelerator=True, on_disk=True, data=data)
+    assert quick_mode() is quick
+
+
+@pytest.mark.parametrize("value, quick", [("1", True), ("true", True), (" Yes ", True),
+                                          ("0", False), ("FALSE", False), ("no", False)])
+def test_tudui_quick_decides_when_set(machine, monkeypatch, value, quick):
+    asked = machine(accelerator=quick, on_disk=quick)  # the opposite of what the machine would choose
+    monkeypatch.setenv("TUDUI_QUICK", value)
+    assert quick_mode() is quick
+    assert asked == []  # no look at the disk
+
+
+@pytest.mark.parametrize("value", ["2", "maybe", "quick"])
+def test_an_invalid_tudui_quick_is_a_clear_error(machine, monkeypatch, value):
+    machine()
+    monkeypatch.setenv("TUDUI_QUICK", value)
+    with pytest.raises(ValueError, match=rf"TUDUI_QUICK='{value}' is not understood; set it to 1 \(quick\) or 0"):
+        quick_mode()
+
+
+def test_the_file_check_is_real(monkeypatch, tmp_path):
+    """Unmocked: an empty folder holds no CIFAR-10, so even with an accelerator the lessons stay quick."""
+    monkeypatch.delenv("TUDUI_QUICK", raising=False)
+    monkeypatch.setenv("TUDUI_DATA", "auto")
+    monkeypatch.setattr(settings, "best_accelerator", lambda: torch.device("cuda", 0))
+    assert quick_mode(root=str(tmp_path)) is True
+
+
+def test_in_colab(monkeypatch):
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    assert in_colab() is False
+    monkeypatch.setitem(sys.modules, "google.colab", object())
+    assert in_colab() is True
