@@ -7,7 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from tudui import CheckpointError, Tudui, load_checkpoint, load_model, read_checkpoint, save_checkpoint
+from tudui import (CheckpointError, DeviceError, History, Tudui, load_checkpoint, load_model, read_checkpoint,
+                   save_checkpoint)
 from tudui.cli import main
 
 NO_CUDA = not torch.cuda.is_available()
@@ -161,7 +162,7 @@ def test_gpu_tagged_state_dict_loads_on_cpu(tmp_path, saved_as_on_gpu, same_stat
 @pytest.mark.skipif(not NO_CUDA, reason="this machine has a GPU")
 def test_loading_onto_missing_cuda_says_so(tmp_path):
     save_checkpoint(tmp_path / "ck.pth", Tudui())
-    with pytest.raises(CheckpointError, match="cannot load onto cuda"):
+    with pytest.raises(DeviceError, match="cannot use cuda"):
         load_model(tmp_path / "ck.pth", device="cuda")
 
 
@@ -310,7 +311,17 @@ def test_missing_and_unexpected_keys_are_named(tmp_path):
     torch.save(state, tmp_path / "keys.pth")
     with pytest.raises(CheckpointError) as err:
         load_model(tmp_path / "keys.pth")
-    assert "missing: model.8.bias" in str(err.value) and "unexpected: model.9.weight" in str(err.value)
+    assert "missing 1: model.8.bias" in str(err.value) and "unexpected 1: model.9.weight" in str(err.value)
+
+
+def test_a_foreign_models_keys_are_counted_not_listed(tmp_path):
+    import torchvision
+    torch.save(torchvision.models.resnet18().state_dict(), tmp_path / "resnet18.pth")
+    with pytest.raises(CheckpointError) as err:
+        load_model(tmp_path / "resnet18.pth")
+    msg = str(err.value)
+    assert "missing 10: model.0.weight, model.0.bias, model.2.weight and 7 more" in msg
+    assert "unexpected 122:" in msg and len(msg) < 400
 
 
 @pytest.mark.parametrize("obj, name", [([1, 2, 3], "list"), ({"lr": 0.1}, "dict"), ({}, "dict"),
@@ -325,8 +336,36 @@ def test_missing_file(tmp_path):
     with pytest.raises(CheckpointError, match="no such checkpoint file"):
         load_model(tmp_path / "nope.pth")
     (tmp_path / "folder.pth").mkdir()
-    with pytest.raises(CheckpointError, match="no such checkpoint file"):
+    with pytest.raises(CheckpointError, match="is a directory"):
         load_model(tmp_path / "folder.pth")
+
+
+# --- what is saved is what loads ---------------------------------------------------------------
+
+def test_history_and_numpy_values_are_saved_as_plain_types(tmp_path):
+    import numpy as np
+    history = History(label="cpu", epochs=[1], train_loss=[np.float64(2.3)], test_accuracy=[0.5])
+    save_checkpoint(tmp_path / "ck.pth", Tudui(), epoch=np.int64(3), history=history, best=np.float32(0.25))
+    info = load_checkpoint(tmp_path / "ck.pth", Tudui())
+    assert info["epoch"] == 3 and type(info["epoch"]) is int
+    assert info["extra"]["history"]["train_loss"] == [2.3] and info["extra"]["history"]["label"] == "cpu"
+    assert info["extra"]["best"] == 0.25
+
+
+@pytest.mark.parametrize("extra, epoch", [({"f": print}, 1), ({"s": {1, 2}}, 1), ({}, "abc"), ({}, -1), ({}, 1.5)])
+def test_unloadable_values_are_refused_at_save_time(tmp_path, extra, epoch):
+    with pytest.raises(CheckpointError):
+        save_checkpoint(tmp_path / "ck.pth", Tudui(), epoch=epoch, **extra)
+    assert not os.listdir(tmp_path)
+
+
+def test_a_link_is_followed_and_its_target_updated(tmp_path):
+    real = tmp_path / "real.pth"
+    save_checkpoint(real, Tudui(), epoch=1)
+    (tmp_path / "link.pth").symlink_to(real)
+    save_checkpoint(tmp_path / "link.pth", Tudui(), epoch=2)
+    assert (tmp_path / "link.pth").is_symlink()
+    assert read_checkpoint(real)["epoch"] == 2
 
 
 # --- resuming gives exactly the uninterrupted run ------------------------------------------------

@@ -11,7 +11,7 @@ from PIL import Image
 from torchvision.transforms import ToTensor
 
 from tudui import CLASSES, cifar10, load_model, read_checkpoint
-from tudui import cli, timing
+from tudui import cli, doctor
 from tudui.cli import main
 
 PREDICTION = re.compile(r"^(?P<path>.+): (?P<label>" + "|".join(CLASSES) + r") \((?P<pct>\d+\.\d)%\)$")
@@ -173,8 +173,8 @@ def test_predict_reads_the_courses_gpu_saved_file(capsys, tmp_path, course_class
 def test_resume_when_already_done_trains_nothing(capsys, tmp_path, trained):
     shutil.copy(trained[1], tmp_path / "done.pth")
     before = (tmp_path / "done.pth").read_bytes()
-    code, out, err = run(capsys, "train", "--resume", "--checkpoint", "done.pth", "--epochs", "1",
-                         "--data", "synthetic", "--limit", "8", "--device", "cpu", "--no-progress")
+    code, out, err = run(capsys, "train", "--resume", "--checkpoint", "done.pth", "--epochs", "1", "--data",
+                         "synthetic", "--limit", "64", "--batch-size", "32", "--device", "cpu", "--no-progress")
     assert code == 0, err
     assert "resuming after epoch 1" in out and "nothing to do" in out
     assert "epoch 2" not in out
@@ -193,23 +193,9 @@ def test_ctrl_c_exits_130_in_one_line(capsys, monkeypatch):
 
 # --- doctor -------------------------------------------------------------------------------------
 
-def test_doctor_reports_devices_and_speed(capsys, monkeypatch):
-    measured = []
-    real = timing.train_step_speed
-
-    def quick(model, device, **kwargs):  # the real measurement, on a few small batches
-        measured.append(torch.device(device))
-        return real(model, device, batch_size=8, steps=1)
-
-    monkeypatch.setattr(timing, "train_step_speed", quick)
-    code, out, err = run(capsys, "doctor")
-    assert code == 0, err
-    assert f"torch {torch.__version__}" in out and "MPS" in out
-    assert re.search(r"^training speed on cpu: [\d,]+ images/s", out, re.M)
-    assert measured[0] == torch.device("cpu")
-    if not torch.cuda.is_available():
-        assert measured == [torch.device("cpu")]
-        assert "No GPU is used" in out
+def test_doctor_runs_the_diagnosis(capsys, monkeypatch):
+    monkeypatch.setattr(doctor, "run", lambda: print("diagnosis"))
+    assert run(capsys, "doctor") == (0, "diagnosis\n", "")
 
 
 # --- a real GPU ---------------------------------------------------------------------------------

@@ -7,67 +7,74 @@ import re
 
 import torch
 
-KINDS = ("cpu", "cuda", "mps", "xpu")
 CHOICES = "auto, cpu, cuda, cuda:N, mps, xpu"
+MAX_INDEX = 1023  # far more devices than any machine has; larger numbers are typos
 
 
 class DeviceError(RuntimeError):
     """A device was asked for that is malformed or not available here."""
 
 
-def _mps_available() -> bool:
-    mps = getattr(torch.backends, "mps", None)
-    return bool(mps and mps.is_available())
-
-
-def _xpu_available() -> bool:
-    xpu = getattr(torch, "xpu", None)
-    return bool(xpu and xpu.is_available())
-
-
 def best_accelerator() -> torch.device | None:
-    """The best available accelerator (CUDA, then MPS, then XPU), or None."""
-    acc = getattr(torch, "accelerator", None)  # torch >= 2.6
-    if acc is not None and acc.is_available():
-        dev = acc.current_accelerator()
-        return torch.device(dev.type, 0) if dev.type in ("cuda", "xpu") else torch.device(dev.type)
-    if torch.cuda.is_available():
-        return torch.device("cuda", 0)
-    if _mps_available():
-        return torch.device("mps")
-    if _xpu_available():
-        return torch.device("xpu", 0)
-    return None
+    """The accelerator torch was built for (CUDA, MPS, XPU, ...) if one is available, else None."""
+    if not torch.accelerator.is_available():
+        return None
+    dev = torch.accelerator.current_accelerator()
+    return torch.device(dev.type) if dev.type == "mps" else torch.device(dev.type, 0)
 
 
-def _parse(want) -> torch.device:
+def _parse(want) -> tuple[str, int | None]:
+    """(kind, index) from a name like "cuda:1", checked before torch sees it (no overflow, no wrap-around)."""
     if isinstance(want, torch.device):
         want = str(want)  # checked like its name, so torch.device("cpu", 1) is refused too
     if not isinstance(want, str):
-        raise DeviceError(f"device must be a string or torch.device, not {type(want).__name__}; choose one of: {CHOICES}")
-    m = re.fullmatch(r"\s*(cpu|cuda|mps|xpu)(?::(\d+))?\s*", want.lower())
-    if not m or (m.group(2) is not None and m.group(1) in ("cpu", "mps") and m.group(2) != "0"):
-        raise DeviceError(f"unknown device {want!r}; choose one of: {CHOICES}")
-    kind, index = m.group(1), m.group(2)
-    return torch.device(kind, int(index)) if index is not None else torch.device(kind)
+        raise DeviceError(f"device must be a string or torch.device, not {type(want).__name__}; "
+                          f"choose one of: {CHOICES}")
+    m = re.fullmatch(r"\s*(cpu|cuda|mps|xpu)(?::(\d{1,4}))?\s*", want.lower())
+    index = int(m.group(2)) if m and m.group(2) is not None else None
+    if not m or (index is not None and (index > MAX_INDEX or m.group(1) in ("cpu", "mps") and index != 0)):
+        raise DeviceError(f"unknown device {want[:40]!r}; choose one of: {CHOICES}")
+    return m.group(1), index
+
+
+def _visible_note() -> str:
+    """CUDA_VISIBLE_DEVICES, when it matters: set to GPUs, or set empty while torch could use CUDA."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or (visible.strip() == "" and torch.version.cuda is None):
+        return ""
+    return f" (CUDA_VISIBLE_DEVICES={visible!r})"
 
 
 def _cuda_problem(index: int | None) -> str | None:
     """Why cuda (or cuda:index) cannot be used here, or None if it can."""
     if torch.version.cuda is None:
         return (f"this torch ({torch.__version__}) was built without CUDA; "
-                "install a CUDA build of torch (see pytorch.org/get-started)")
+                "`python -m tudui doctor` gives the command that installs a CUDA build for your GPU")
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    shown = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
     if not torch.cuda.is_available():
         if visible is not None and visible.strip() in ("", "-1"):
-            return f"no CUDA device is visible{shown}"
+            return f"no CUDA device is visible{_visible_note()}"
         return ("torch has CUDA but found no usable GPU: no NVIDIA driver or no GPU"
-                f"{shown}; check `nvidia-smi` (on Colab: Runtime > Change runtime type > GPU)")
+                f"{_visible_note()}; check `nvidia-smi` (on Colab: Runtime > Change runtime type > GPU)")
     count = torch.cuda.device_count()
     if index is not None and index >= count:
-        return f"cuda:{index} does not exist: {count} CUDA device(s) visible, cuda:0..cuda:{count - 1}{shown}"
+        return f"cuda:{index} does not exist: {count} CUDA device(s) visible, cuda:0..cuda:{count - 1}{_visible_note()}"
     return None
+
+
+def _mps_problem() -> str | None:
+    if torch.backends.mps.is_available():
+        return None
+    if torch.backends.mps.is_built():
+        return "this torch has MPS but the machine does not support it (needs Apple silicon and macOS 12.3+)"
+    return f"this torch was built without MPS (MPS needs a Mac; this is {platform.system()})"
+
+
+def _xpu_problem(index: int | None) -> str | None:
+    if not torch.xpu.is_available():
+        return "no Intel GPU available to this torch"
+    count = torch.xpu.device_count()
+    return f"{count} XPU device(s) visible" if index is not None and index >= count else None
 
 
 def pick_device(want="auto") -> torch.device:
@@ -80,40 +87,19 @@ def pick_device(want="auto") -> torch.device:
     """
     if isinstance(want, str) and want.strip().lower() == "auto":
         return best_accelerator() or torch.device("cpu")
-    dev = _parse(want)
-    if dev.type == "cpu":
-        return torch.device("cpu")
-    if dev.type == "cuda":
-        problem = _cuda_problem(dev.index)
-        if problem:
-            raise DeviceError(f"cannot use {dev}: {problem}")
-        return torch.device("cuda", dev.index or 0)
-    if dev.type == "mps":
-        if not _mps_available():
-            built = getattr(torch.backends, "mps", None) and torch.backends.mps.is_built()
-            why = ("this torch has MPS but the machine does not support it (needs Apple silicon and macOS 12.3+)"
-                   if built else f"this torch was built without MPS (MPS needs a Mac; this is {platform.system()})")
-            raise DeviceError(f"cannot use mps: {why}")
-        return torch.device("mps")
-    if dev.type == "xpu":
-        if not _xpu_available():
-            raise DeviceError("cannot use xpu: no Intel GPU available to this torch")
-        count = torch.xpu.device_count()
-        if dev.index is not None and dev.index >= count:
-            raise DeviceError(f"cannot use {dev}: {count} XPU device(s) visible")
-        return torch.device("xpu", dev.index or 0)
-    raise DeviceError(f"unknown device {want!r}; choose one of: {CHOICES}")  # pragma: no cover
+    kind, index = _parse(want)
+    problem = {"cpu": lambda: None, "cuda": lambda: _cuda_problem(index), "mps": _mps_problem,
+               "xpu": lambda: _xpu_problem(index)}[kind]()
+    if problem:
+        raise DeviceError(f"cannot use {kind}{'' if index is None else f':{index}'}: {problem}")
+    return torch.device(kind) if kind in ("cpu", "mps") else torch.device(kind, index or 0)
 
 
 def synchronize(device) -> None:
     """Wait until all queued work on ``device`` has finished (no-op on CPU)."""
     device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-    elif device.type == "xpu":
-        torch.xpu.synchronize(device)
+    if device.type != "cpu":
+        torch.accelerator.synchronize(device)
 
 
 def describe_devices() -> str:
@@ -124,9 +110,8 @@ def describe_devices() -> str:
     if torch.version.cuda is not None:
         cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
         lines.append(f"cuDNN: {cudnn or 'not available'}")
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        lines.append(f"CUDA_VISIBLE_DEVICES={visible!r}")
+    if _visible_note():
+        lines.append(f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}")
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
@@ -134,8 +119,8 @@ def describe_devices() -> str:
                          f"compute capability {p.major}.{p.minor}")
     else:
         lines.append(f"CUDA: not available ({_cuda_problem(None)})")
-    lines.append(f"MPS (Apple GPU): {'available' if _mps_available() else 'not available'}")
-    if _xpu_available():
+    lines.append(f"MPS (Apple GPU): {'available' if torch.backends.mps.is_available() else 'not available'}")
+    if torch.xpu.is_available():
         lines.append(f"XPU (Intel GPU): {torch.xpu.device_count()} device(s)")
     lines.append(f"pick_device('auto') -> {pick_device('auto')}")
     return "\n".join(lines)

@@ -1,0 +1,496 @@
+"""Hostile input through the CLI and the API: one line on stderr, the right exit code, nothing changed, nothing run.
+
+Most cases call ``cli.main`` in this process (fast); a few run ``python -m tudui`` for real (Ctrl-C, a bug's
+traceback, a training killed with SIGKILL and resumed).
+"""
+import os
+import pickle
+import signal
+import struct
+import subprocess
+import sys
+import time
+import zlib
+from unittest import mock
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch import nn
+
+from tudui import CheckpointError, DeviceError, Tudui, load_model, pick_device, read_checkpoint, save_checkpoint
+from tudui.cli import main
+
+TRAIN = ["train", "--device", "cpu", "--limit", "32", "--batch-size", "16", "--no-progress"]
+SUBPROCESS_TIMEOUT = 120
+
+
+def snapshot(folder):
+    """Every file under ``folder`` with its bytes (links as their target), to prove nothing changed."""
+    files = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            files[path] = os.readlink(path) if os.path.islink(path) else open(path, "rb").read()
+    return files
+
+
+def fails_in_one_line(capsys, argv, code=2):
+    """Run the CLI; it must exit with ``code`` and write exactly one line, no traceback, to stderr."""
+    assert main(list(argv)) == code
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and len(lines[0]) < 500
+    assert lines[0].startswith("tudui: error: " if code == 2 else "tudui: ")
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    """A checkpoint of ``TRAIN --epochs 1`` (bytes), and a PNG."""
+    folder = tmp_path_factory.mktemp("good")
+    with mock.patch.dict(os.environ, {"TUDUI_DATA": "synthetic"}):
+        assert main(TRAIN + ["--epochs", "1", "--checkpoint", str(folder / "ck.pth")]) == 0
+    Image.new("RGB", (32, 32), (10, 200, 30)).save(folder / "x.png")
+    return folder / "ck.pth", folder / "x.png"
+
+
+@pytest.fixture
+def here(tmp_path, monkeypatch, good):
+    """Work in a fresh folder holding a copy of the good checkpoint (ck.pth) and image (x.png)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ck.pth").write_bytes(good[0].read_bytes())
+    (tmp_path / "x.png").write_bytes(good[1].read_bytes())
+    return tmp_path
+
+
+# --- arguments ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("option, value", [
+    ("--epochs", "0"), ("--epochs", "-1"), ("--epochs", "two"), ("--epochs", "1.5"), ("--epochs", "10001"),
+    ("--epochs", "99999999999999999999"),
+    ("--batch-size", "0"), ("--batch-size", "-4"), ("--batch-size", "9223372036854775808"), ("--batch-size", ""),
+    ("--batch-size", "65537"),
+    ("--lr", "0"), ("--lr", "-1"), ("--lr", "nan"), ("--lr", "inf"), ("--lr", "-inf"), ("--lr", "1e309"),
+    ("--lr", "abc"), ("--lr", "1e4"),
+    ("--seed", "-1"), ("--seed", "18446744073709551616"), ("--seed", str(2**63)), ("--seed", "abc"),
+    ("--limit", "0"), ("--limit", "-5"), ("--limit", "1000000000000"), ("--limit", "50001"),
+    ("--data", "nope"), ("--loader", "magic"),
+])
+def test_out_of_range_arguments(capsys, here, option, value):
+    before = snapshot(here)
+    line = fails_in_one_line(capsys, ["train", "--force", option, value])
+    assert option in line
+    assert snapshot(here) == before
+
+
+@pytest.mark.parametrize("argv", [[], ["fly"], ["train", "--no-such-option"], ["predict"], ["predict", "x.png"],
+                                  ["train", "--epochs"]])
+def test_malformed_command_lines(capsys, here, argv):
+    assert "--help" in fails_in_one_line(capsys, argv)
+
+
+# --- devices --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("want", ["gpu", "meta", "cuda:99999999999999999999", "cuda:256", "cuda:-1", "cuda:x",
+                                  "cpu:1", "", "tpu", "mps:1", "cuda:0:0", "cuda\x00", "mps", "xpu"]
+                         + (["cuda", "cuda:0"] if not torch.cuda.is_available() else []))
+def test_devices_that_are_not_there(capsys, here, want):
+    before = snapshot(here)
+    line = fails_in_one_line(capsys, TRAIN + ["--epochs", "1", "--force", "--device", want])
+    assert "device" in line or "cannot use" in line
+    assert snapshot(here) == before
+
+
+@pytest.mark.parametrize("want", ["gpu", "meta", torch.device("meta"), "cuda:256"])
+def test_api_refuses_devices_naming_the_choices(here, want):
+    for call in (lambda: pick_device(want), lambda: load_model("ck.pth", device=want)):
+        with pytest.raises(DeviceError, match="choose one of|does not exist|cannot use"):
+            call()
+
+
+# --- where the checkpoint goes ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("target, says", [
+    ("", "names no file"), (".", "directory"), ("/", "names no file"), ("sub", "directory"), ("newfolder/", "names no file"),
+    ("missing/ck.pth", "does not exist"), ("x" * 300 + ".pth", "too long"), ("/dev/null", "not a regular file"),
+    ("link-to-null.pth", "not a regular file"), ("link-to-dir.pth", "directory"), ("nul\x00.pth", "not usable"),
+    ("ck.pth", "--force"),
+])
+def test_checkpoint_paths_are_checked_before_training(capsys, here, target, says):
+    (here / "sub").mkdir()
+    (here / "link-to-null.pth").symlink_to("/dev/null")
+    (here / "link-to-dir.pth").symlink_to(here / "sub")
+    before = snapshot(here)
+    with mock.patch("tudui.loops.fit", side_effect=AssertionError("trained")):
+        line = fails_in_one_line(capsys, TRAIN + ["--epochs", "1", "--checkpoint", target])
+    assert says in line
+    assert snapshot(here) == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_read_only_folder(capsys, here):
+    (here / "ro").mkdir(mode=0o555)
+    assert "cannot write" in fails_in_one_line(capsys, TRAIN + ["--checkpoint", "ro/ck.pth"])
+
+
+@pytest.mark.parametrize("target", ["/dev/null", "sub", "", "link-to-null.pth"])
+def test_save_checkpoint_refuses_what_is_not_a_regular_file(here, target):
+    (here / "sub").mkdir()
+    (here / "link-to-null.pth").symlink_to("/dev/null")
+    with pytest.raises(CheckpointError):
+        save_checkpoint(target, Tudui(), epoch=1)
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+
+
+def test_a_running_training_holds_the_path(capsys, here):
+    (here / "ck.pth.lock").write_text(str(os.getpid()))  # a live process
+    before = snapshot(here)
+    line = fails_in_one_line(capsys, TRAIN + ["--epochs", "2", "--resume", "--checkpoint", "ck.pth"])
+    assert "another training" in line and "ck.pth.lock" in line
+    assert snapshot(here) == before
+
+
+def test_a_killed_trainings_lock_and_temp_files_are_cleaned_up(capsys, here):
+    dead = subprocess.Popen(["true"])
+    dead.wait(timeout=SUBPROCESS_TIMEOUT)
+    (here / "ck.pth.lock").write_text(str(dead.pid))
+    (here / ".tmp-ck.pth-k1ll3d.pth").write_bytes(b"half a save")
+    (here / ".tmp-other.pth-k1ll3d.pth").write_bytes(b"not ours")
+    assert main(TRAIN + ["--epochs", "2", "--resume", "--checkpoint", "ck.pth"]) == 0
+    assert sorted(os.listdir(here)) == [".tmp-other.pth-k1ll3d.pth", "ck.pth", "x.png"]
+    assert read_checkpoint("ck.pth")["epoch"] == 2
+
+
+# --- resuming with other settings --------------------------------------------------------------------
+
+@pytest.mark.parametrize("change, says", [
+    (["--lr", "5"], "--lr 0.01 (not 5.0)"), (["--seed", "3"], "--seed 0 (not 3)"),
+    (["--limit", "16"], "--limit 32 (not 16)"), (["--batch-size", "8"], "--batch-size 16 (not 8)"),
+    (["--loader", "resident"], "--loader dataloader (not resident)"),
+])
+def test_resume_with_other_settings_is_refused(capsys, here, change, says):
+    before = snapshot(here)
+    argv = TRAIN + ["--epochs", "2", "--resume", "--checkpoint", "ck.pth"]
+    i = argv.index(change[0]) if change[0] in argv else len(argv)
+    argv[i:i + 2] = change
+    line = fails_in_one_line(capsys, argv)
+    assert says in line and "--force" in line
+    assert snapshot(here) == before
+
+
+def test_resume_with_another_data_source_is_refused(capsys, here, good):
+    state = tampered(good[0])
+    state["extra"]["args"]["data"] = "cifar10"  # as if trained on the real CIFAR-10
+    torch.save(state, here / "real.pth")
+    line = fails_in_one_line(capsys, TRAIN + ["--epochs", "2", "--resume", "--checkpoint", "real.pth"])
+    assert "--data cifar10 (not synthetic)" in line
+
+
+# --- hostile checkpoint files --------------------------------------------------------------------------
+
+class Payload:
+    """Runs ``call(*args)`` when unpickled by an unsafe loader."""
+
+    def __init__(self, call, *args):
+        self.call, self.args = call, args
+
+    def __reduce__(self):
+        return self.call, self.args
+
+
+def tampered(good, **changes):
+    """Our checkpoint with some entries replaced (None deletes the entry)."""
+    state = torch.load(good, weights_only=True)
+    for key, value in changes.items():
+        if value is None:
+            del state[key]
+        else:
+            state[key] = value
+    return state
+
+
+def adam_state():
+    model = Tudui()
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.rand(2, 3, 32, 32)).sum().backward()
+    opt.step()
+    return opt.state_dict()
+
+
+def sgd_state(**edit):
+    state = torch.load(os.path.join(os.getcwd(), "ck.pth"), weights_only=True)["optimizer"]
+    state.update(edit)
+    return state
+
+
+def sparse_weights():
+    weights = Tudui().state_dict()
+    weights["model.8.bias"] = weights["model.8.bias"].to_sparse()
+    return weights
+
+
+def write_malicious(kind, path, marker):
+    touch = Payload(os.system, f"touch {marker}")
+    exec_ = Payload(exec, f"open({str(marker)!r}, 'w').close()")
+    if kind == "raw-protocol-0":
+        path.write_bytes(pickle.dumps(touch, protocol=0))
+    elif kind == "raw-protocol-2":
+        path.write_bytes(pickle.dumps(exec_, protocol=2))
+    elif kind == "torch.save-system":
+        torch.save(touch, path)
+    elif kind == "torch.save-exec":
+        torch.save(exec_, path)
+    elif kind == "nested-in-extra":
+        torch.save({"format": "tudui-checkpoint", "model": Tudui().state_dict(), "extra": {"a": [{"b": touch}]}}, path)
+    elif kind == "nested-in-weights":
+        torch.save({**Tudui().state_dict(), "model.0.weight": exec_}, path)
+    elif kind == "eval-in-epoch":
+        torch.save({"format": "tudui-checkpoint", "model": Tudui().state_dict(),
+                    "epoch": Payload(eval, f"__import__('os').system('touch {marker}')")}, path)
+
+
+MALICIOUS = ["raw-protocol-0", "raw-protocol-2", "torch.save-system", "torch.save-exec", "nested-in-extra",
+             "nested-in-weights", "eval-in-epoch"]
+
+
+@pytest.mark.parametrize("command", ["predict", "resume"])
+@pytest.mark.parametrize("kind", MALICIOUS)
+def test_malicious_pickles_never_run(capsys, here, kind, command):
+    marker = here / "pwned"
+    write_malicious(kind, here / "evil.pth", marker)
+    before = snapshot(here)
+    argv = (["predict", "--checkpoint", "evil.pth", "x.png"] if command == "predict"
+            else TRAIN + ["--epochs", "2", "--resume", "--checkpoint", "evil.pth"])
+    line = fails_in_one_line(capsys, argv)
+    assert "refused to unpickle" in line or "not a readable PyTorch checkpoint" in line
+    assert not marker.exists()
+    assert snapshot(here) == before
+
+
+def damaged(good):
+    data = good.read_bytes()
+    return {
+        "empty": b"", "text": b"hello\n" * 10, "html": b"<!DOCTYPE html><html>Sign in</html>",
+        "binary": bytes(range(256)) * 4, "truncated-half": data[: len(data) // 2],
+        "truncated-end": data[:-100], "zeroed-middle": data[:2000] + bytes(4000) + data[6000:],
+    }
+
+
+@pytest.mark.parametrize("name", ["empty", "text", "html", "binary", "truncated-half", "truncated-end",
+                                  "zeroed-middle"])
+def test_damaged_files(capsys, here, good, name):
+    (here / "bad.pth").write_bytes(damaged(good[0])[name])
+    line = fails_in_one_line(capsys, ["predict", "--checkpoint", "bad.pth", "x.png"])
+    assert "bad.pth" in line
+
+
+STRUCTURES = {
+    "no-model": dict(model=None),
+    "model-not-a-dict": dict(model=[1, 2]),
+    "non-tensor-weights": dict(model={k: 1.0 for k in Tudui().state_dict()}),
+    "integer-weights": dict(model={k: v.long() for k, v in Tudui().state_dict().items()}),
+    "sparse-weights": dict(model=sparse_weights()),
+    "wrong-shape": dict(model={**Tudui().state_dict(), "model.7.weight": torch.zeros(64, 512)}),
+    "resnet18": dict(model={f"layer{i}.weight": torch.zeros(1) for i in range(200)}),
+    "epoch-text": dict(epoch="abc"),
+    "epoch-negative": dict(epoch=-1),
+    "epoch-bool": dict(epoch=True),
+    "epoch-huge": dict(epoch=10**30),
+    "rng-short": dict(rng=torch.zeros(5, dtype=torch.uint8)),
+    "rng-invalid": dict(rng=torch.zeros(5056, dtype=torch.uint8)),
+    "rng-float": dict(rng=torch.zeros(5056)),
+    "rng-text": dict(rng="seed"),
+    "adam-into-sgd": dict(optimizer=adam_state()),
+    "no-optimizer": dict(optimizer=None),
+    "optimizer-not-a-dict": dict(optimizer=[1]),
+    "two-param-groups": dict(optimizer="two-groups"),
+    "state-of-wrong-shape": dict(optimizer="wrong-shape"),
+    "lr-nan": dict(optimizer="lr-nan"),
+    "extra-not-a-dict": dict(extra=[1]),
+}
+
+
+def optimizer_edit(name):
+    state = sgd_state()
+    if name == "two-groups":
+        state["param_groups"] = [dict(state["param_groups"][0], params=[0, 1]),
+                                 dict(state["param_groups"][0], params=list(range(2, 10)))]
+    elif name == "wrong-shape":
+        state["state"] = {0: {"momentum_buffer": torch.zeros(3)}}
+    elif name == "lr-nan":
+        state["param_groups"][0]["lr"] = float("nan")
+    return state
+
+
+@pytest.mark.parametrize("name", list(STRUCTURES))
+def test_wrong_structures_are_refused_before_anything_is_applied(capsys, here, good, name):
+    changes = dict(STRUCTURES[name])
+    if isinstance(changes.get("optimizer"), str):
+        changes["optimizer"] = optimizer_edit(changes["optimizer"])
+    torch.save(tampered(good[0], **changes), here / "bad.pth")
+    before = snapshot(here)
+    line = fails_in_one_line(capsys, TRAIN + ["--epochs", "2", "--resume", "--checkpoint", "bad.pth"])
+    assert "bad.pth" in line
+    assert snapshot(here) == before
+
+
+@pytest.mark.parametrize("obj", [[1, 2, 3], {}, {"lr": 0.1}, torch.zeros(3), "text", 42, None])
+def test_foreign_objects(capsys, here, obj):
+    torch.save(obj, here / "foreign.pth")
+    assert "not a Tudui checkpoint" in fails_in_one_line(capsys, ["predict", "--checkpoint", "foreign.pth", "x.png"])
+
+
+def test_a_directory_as_checkpoint(capsys, here):
+    (here / "dir.pth").mkdir()
+    assert "is a directory" in fails_in_one_line(capsys, ["predict", "--checkpoint", "dir.pth", "x.png"])
+
+
+def test_many_class_names_are_read_in_one_pass(capsys, here):
+    """1,600 ``<module>.Tudui`` names once made the loader re-read the file for each name."""
+    objects = []
+    for i in range(1600):
+        cls = type("Tudui", (), {"__module__": f"m{i}"})
+        sys.modules[f"m{i}"] = mock.Mock(Tudui=cls)
+        objects.append(cls())
+    try:
+        torch.save(objects, here / "many.pth")
+    finally:
+        for i in range(1600):
+            del sys.modules[f"m{i}"]
+    start = time.perf_counter()
+    fails_in_one_line(capsys, ["predict", "--checkpoint", "many.pth", "x.png"])
+    assert time.perf_counter() - start < 10
+
+
+def course_model(course_class, edit):
+    torch.manual_seed(0)
+    model = course_class("model")()
+    edit(model)
+    return model
+
+
+@pytest.mark.parametrize("edit, loads", [
+    (lambda m: m.__dict__.update(state_dict="shadowed", forward="shadowed"), True),
+    (lambda m: m.__dict__.update(_modules=None), False),
+    (lambda m: m.__dict__.update(_modules={"model": None}), False),
+    (lambda m: m.model.__dict__.update(_modules={"0": nn.ReLU()}), False),
+    (lambda m: m.model[0].__dict__.update(_parameters={"weight": "text"}), False),
+], ids=["shadowed-methods", "modules-none", "model-none", "relu-layer", "text-parameter"])
+def test_course_pickles_are_read_without_calling_their_methods(capsys, here, course_class, register_class,
+                                                                edit, loads):
+    model = course_model(course_class, edit)
+    with register_class(type(model), "model"):
+        torch.save(model, here / "tudui_9.pth")
+    argv = ["predict", "--checkpoint", "tudui_9.pth", "x.png"]
+    if loads:
+        assert main(argv) == 0
+        assert capsys.readouterr().out.startswith("x.png: ")
+    else:
+        assert "tudui_9.pth" in fails_in_one_line(capsys, argv)
+
+
+# --- images -----------------------------------------------------------------------------------------
+
+def png_claiming(width, height):
+    """A tiny PNG whose header claims width x height pixels (a decompression bomb's shape)."""
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0"))
+            + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("name, content, says", [
+    ("bomb.png", png_claiming(60000, 60000), "decompression bomb"),
+    ("warning-bomb.png", png_claiming(10000, 10000), "decompression bomb"),
+    ("notes.png", b"not an image", "cannot identify"),
+    ("empty.png", b"", "cannot identify"),
+    ("missing.png", None, "No such file"),
+    ("folder.png", "dir", "Is a directory"),
+])
+def test_bad_images(capsys, here, name, content, says):
+    if content == "dir":
+        (here / name).mkdir()
+    elif content is not None:
+        (here / name).write_bytes(content)
+    line = fails_in_one_line(capsys, ["predict", "--checkpoint", "ck.pth", name])
+    assert name in line and says in line
+
+
+def test_truncated_png_keeps_its_reason(capsys, here):
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(here / "full.png")
+    (here / "cut.png").write_bytes((here / "full.png").read_bytes()[:3000])
+    line = fails_in_one_line(capsys, ["predict", "--checkpoint", "ck.pth", "cut.png"])
+    assert "cut.png" in line and "truncated" in line
+
+
+def test_16_bit_grey_is_scaled_not_saturated(here):
+    from tudui.cli import _open_image
+    grey = np.full((8, 8), 32768, dtype=np.uint16)  # mid-grey in 16 bits
+    Image.fromarray(grey).save(here / "grey16.png")
+    assert Image.open(here / "grey16.png").mode.startswith("I")
+    assert np.asarray(_open_image(here / "grey16.png")).max() == 127
+
+
+# --- the error boundary itself (real processes) ---------------------------------------------------------
+
+def run_tudui(args, cwd, env=None, **kwargs):
+    env = {**os.environ, "TUDUI_DATA": "synthetic", **(env or {})}
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=SUBPROCESS_TIMEOUT, **kwargs)
+
+
+BUGGY = ("import sys; from tudui import cli; "
+         "cli.predict = lambda args: 1 / 0; sys.exit(cli.main(['predict', '--checkpoint', 'x', 'y']))")
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_bug_is_one_line_and_the_traceback_is_on_request(here, debug):
+    proc = run_tudui(["-c", BUGGY], here, env={"TUDUI_DEBUG": "1"} if debug else {"TUDUI_DEBUG": ""})
+    assert proc.returncode == 1
+    last = proc.stderr.splitlines()[-1]
+    assert "ZeroDivisionError" in last and "bug" in last and "TUDUI_DEBUG=1" in last
+    assert ("Traceback" in proc.stderr) == debug
+    if not debug:
+        assert len(proc.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("moment", [
+    pytest.param("imports", marks=pytest.mark.xfail(
+        strict=True, reason="tudui/__init__.py imports torch before tudui/__main__.py can catch Ctrl-C")),
+    "training"])
+def test_ctrl_c_is_one_line_and_exit_130(here, moment):
+    proc = subprocess.Popen([sys.executable, "-m", "tudui", *TRAIN, "--force", "--limit", "5000", "--epochs", "50",
+                             "--checkpoint", "ck.pth"], cwd=here, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "TUDUI_DATA": "synthetic", "PYTHONUNBUFFERED": "1"}, text=True)
+    if moment == "imports":
+        time.sleep(0.2)
+    else:
+        assert proc.stdout.readline().startswith("device: ")  # training has begun
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=SUBPROCESS_TIMEOUT)
+    assert proc.returncode == 130, err
+    assert len(err.splitlines()) == 1 and err.startswith("tudui: interrupted"), err
+    assert not os.path.exists(here / "ck.pth.lock")
+
+
+def test_resume_after_sigkill_equals_a_straight_run(here, same_state):
+    args = ["train", "--device", "cpu", "--limit", "256", "--batch-size", "16", "--no-progress", "--epochs", "6"]
+    os.remove(here / "ck.pth")
+    proc = subprocess.Popen([sys.executable, "-m", "tudui", *args, "--checkpoint", "killed.pth"], cwd=here,
+                            env={**os.environ, "TUDUI_DATA": "synthetic"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + SUBPROCESS_TIMEOUT
+    while not os.path.exists(here / "killed.pth") and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=SUBPROCESS_TIMEOUT)
+    killed_at = read_checkpoint(here / "killed.pth")["epoch"]
+    assert main(args + ["--checkpoint", "killed.pth", "--resume"]) == 0
+    assert main(args + ["--checkpoint", "straight.pth"]) == 0
+    assert 1 <= killed_at < 6, "the kill came too late to test a resume"
+    assert same_state(read_checkpoint("killed.pth")["model"], read_checkpoint("straight.pth")["model"])
+    assert not [f for f in os.listdir(here) if f.startswith(".tmp-") or f.endswith(".lock")]
