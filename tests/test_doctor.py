@@ -1,0 +1,314 @@
+"""tudui.doctor: parsing nvidia-smi, the advice for each situation, and the printed report.
+
+The nvidia-smi outputs below are canned (Windows and Linux layouts, new and old
+drivers); torch's build is mocked. Nothing here needs a GPU or the network.
+"""
+import shlex
+import subprocess
+
+import pytest
+import torch
+
+from tudui import doctor
+from tudui.doctor import NvidiaSmi, TorchBuild
+
+WINDOWS_566_HEADER = """\
+Tue Dec 10 21:04:11 2024
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 566.36                 Driver Version: 566.36         CUDA Version: 12.7     |
+|-----------------------------------------+------------------------+----------------------+
+| GPU  Name                  Driver-Model | Bus-Id          Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
+|                                         |                        |               MIG M. |
+|=========================================+========================+======================|
+|   0  NVIDIA GeForce RTX 3060 ...  WDDM  |   00000000:01:00.0  On |                  N/A |
+| N/A   45C    P8             12W /   80W |     512MiB /   6144MiB |      3%      Default |
+|                                         |                        |                  N/A |
++-----------------------------------------+------------------------+----------------------+
+"""
+WINDOWS_566_QUERY = "NVIDIA GeForce RTX 3060 Laptop GPU, 566.36\r\n"
+
+LINUX_580_HEADER = """\
+Mon Sep 15 10:12:03 2025
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 580.82.07              Driver Version: 580.82.07      CUDA Version: 13.0     |
++-----------------------------------------+------------------------+----------------------+
+| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
+|=========================================+========================+======================|
+|   0  NVIDIA GeForce RTX 4090        Off |   00000000:01:00.0 Off |                  Off |
+|  0%   38C    P8             21W /  450W |       2MiB /  24564MiB |      0%      Default |
++-----------------------------------------+------------------------+----------------------+
+|   1  NVIDIA GeForce RTX 4090        Off |   00000000:02:00.0 Off |                  Off |
+|  0%   36C    P8             18W /  450W |       2MiB /  24564MiB |      0%      Default |
++-----------------------------------------+------------------------+----------------------+
+"""
+LINUX_580_QUERY = "NVIDIA GeForce RTX 4090, 580.82.07\nNVIDIA GeForce RTX 4090, 580.82.07\n"
+
+LINUX_470_HEADER = """\
+Wed Mar  6 09:30:41 2024
++-----------------------------------------------------------------------------+
+| NVIDIA-SMI 470.256.02   Driver Version: 470.256.02   CUDA Version: 11.4     |
+|-------------------------------+----------------------+----------------------+
+| GPU  Name        Persistence-M| Bus-Id        Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp  Perf  Pwr:Usage/Cap|         Memory-Usage | GPU-Util  Compute M. |
+|===============================+======================+======================|
+|   0  NVIDIA GeForce ...  Off  | 00000000:01:00.0 Off |                  N/A |
+| 30%   35C    P8    N/A /  75W |      5MiB /  4040MiB |      0%      Default |
++-------------------------------+----------------------+----------------------+
+"""
+LINUX_470_QUERY = "NVIDIA GeForce GTX 1050 Ti, 470.256.02\n"
+
+WINDOWS_551_HEADER = WINDOWS_566_HEADER.replace("566.36 ", "551.86 ").replace("Version: 12.7", "Version: 12.4")
+WINDOWS_551_QUERY = "NVIDIA GeForce RTX 4080 Laptop GPU, 551.86\n"
+
+WINDOWS = doctor.parse_nvidia_smi(WINDOWS_566_QUERY, WINDOWS_566_HEADER)
+LINUX = doctor.parse_nvidia_smi(LINUX_580_QUERY, LINUX_580_HEADER)
+OLD = doctor.parse_nvidia_smi(LINUX_470_QUERY, LINUX_470_HEADER)
+CUDA_12_4 = doctor.parse_nvidia_smi(WINDOWS_551_QUERY, WINDOWS_551_HEADER)
+
+CPU_ONLY = TorchBuild("2.14.1+cpu", None, None, cuda_available=False)
+CPU_ONLY_PYPI = TorchBuild("2.14.1", None, None, cuda_available=False)
+CU130_IDLE = TorchBuild("2.14.1+cu130", (13, 0), None, cuda_available=False)
+CU126_IDLE = TorchBuild("2.14.1+cu126", (12, 6), None, cuda_available=False)
+CU126_WORKING = TorchBuild("2.14.1+cu126", (12, 6), None, cuda_available=True)
+ROCM_IDLE = TorchBuild("2.14.1+rocm7.0", None, "7.0.51831", cuda_available=False)
+
+
+def commands(advice):
+    """The command lines of an advice: indented, one per line."""
+    return [line.strip() for line in advice.steps if line.startswith("    ")]
+
+
+def index_urls(advice):
+    return [w for c in commands(advice) for w in shlex.split(c) if w.startswith("https://download.pytorch.org")]
+
+
+# --- parsing --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("smi, gpus, driver, cuda", [
+    (WINDOWS, ("NVIDIA GeForce RTX 3060 Laptop GPU",), "566.36", (12, 7)),
+    (LINUX, ("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090"), "580.82.07", (13, 0)),
+    (OLD, ("NVIDIA GeForce GTX 1050 Ti",), "470.256.02", (11, 4)),
+])
+def test_parse_nvidia_smi(smi, gpus, driver, cuda):
+    assert smi == NvidiaSmi(gpus, driver, cuda)
+
+
+def test_parse_ignores_what_is_not_a_gpu_row():
+    assert doctor.parse_gpu_query("No devices were found\n") == []
+    assert doctor.parse_nvidia_smi("No devices were found\n", "") is None
+    assert doctor.parse_cuda_version("NVIDIA-SMI has failed because it couldn't communicate with the driver") is None
+
+
+def test_header_without_cuda_version_still_gives_gpu_and_driver():
+    smi = doctor.parse_nvidia_smi(WINDOWS_566_QUERY, "garbled")
+    assert smi.driver == "566.36" and smi.cuda is None
+
+
+@pytest.mark.parametrize("driver_cuda, build", [
+    ((13, 0), (13, 0)),   # 580.x
+    ((13, 1), (13, 0)),
+    ((13, 3), (13, 2)),
+    ((12, 7), (12, 6)),   # 566.36
+    ((12, 9), (12, 6)),
+    ((12, 4), (12, 6)),   # minor version compatibility: a 12.x build on a 12.0+ driver
+    ((11, 4), (11, 8)),   # 470.x: torch 2.7's CUDA 11.8 build
+    ((10, 2), None),      # too old for any build of torch 2.7+
+    (None, (12, 6)),      # unreadable header: the build that asks least of the driver
+])
+def test_choose_build(driver_cuda, build):
+    assert doctor.choose_build(driver_cuda) == build
+
+
+# --- the advice, case by case ---------------------------------------------------------------------------
+
+def test_cpu_build_on_windows_with_a_566_driver_gets_the_cu126_command():
+    advice = doctor.advise(CPU_ONLY_PYPI, WINDOWS, "Windows", "AMD64")
+    assert advice.case == doctor.CASE_CPU_BUILD
+    assert "RTX 3060" in advice.summary and "CPU-only" in advice.summary
+    assert "Windows" in advice.steps[0] and "the newest this driver (CUDA 12.7) supports" in advice.steps[1]
+    assert commands(advice) == [
+        "python -m pip uninstall -y torch torchvision",
+        "python -m pip install torch torchvision --index-url https://download.pytorch.org/whl/cu126",
+        'python -c "import torch; print(torch.cuda.is_available(), torch.version.cuda)"',
+    ]
+    assert any("conda activate" in line for line in advice.steps)
+    assert any("Getting a GPU build of torch" in line for line in advice.steps)
+
+
+def test_cpu_build_on_linux_with_a_580_driver_gets_cu130():
+    advice = doctor.advise(CPU_ONLY, LINUX, "Linux", "x86_64")
+    assert advice.case == doctor.CASE_CPU_BUILD
+    assert not any("Windows" in line for line in advice.steps)
+    assert index_urls(advice) == ["https://download.pytorch.org/whl/cu130"]
+
+
+def test_cpu_build_with_a_cuda_12_4_driver_gets_cu126_by_minor_version_compatibility():
+    advice = doctor.advise(CPU_ONLY, CUDA_12_4, "Windows", "AMD64")
+    assert index_urls(advice) == ["https://download.pytorch.org/whl/cu126"]
+    assert "a CUDA 12.4 driver runs any 12.x build" in "\n".join(advice.steps)
+
+
+def test_cpu_build_with_a_470_driver_gets_torch_2_7_for_cuda_11_8():
+    advice = doctor.advise(CPU_ONLY, OLD, "Linux", "x86_64")
+    assert advice.case == doctor.CASE_CPU_BUILD
+    assert ("python -m pip install torch==2.7.1 torchvision==0.22.1 --index-url "
+            "https://download.pytorch.org/whl/cu118") in commands(advice)
+    assert "newer driver" in advice.steps[0]
+
+
+def test_cpu_build_with_a_driver_too_old_for_any_build():
+    ancient = NvidiaSmi(("GeForce GTX 780",), "440.100", (10, 2))
+    advice = doctor.advise(CPU_ONLY, ancient, "Linux", "x86_64")
+    assert advice.case == doctor.CASE_DRIVER_TOO_OLD
+    assert doctor.DRIVER_PAGE in advice.steps[0]
+    assert commands(advice) == [] and any("Colab" in line for line in advice.steps)
+
+
+def test_rocm_build_on_an_nvidia_machine_is_told_to_install_a_cuda_build():
+    advice = doctor.advise(ROCM_IDLE, LINUX, "Linux", "x86_64")
+    assert advice.case == doctor.CASE_CPU_BUILD and "ROCm" in advice.summary
+    assert index_urls(advice) == ["https://download.pytorch.org/whl/cu130"]
+
+
+def test_cuda_build_newer_than_the_driver():
+    advice = doctor.advise(CU130_IDLE, WINDOWS, "Windows", "AMD64")
+    assert advice.case == doctor.CASE_BUILD_TOO_NEW
+    assert "13.0" in advice.summary and "12.7" in advice.summary and "566.36" in advice.summary
+    assert doctor.DRIVER_PAGE in advice.steps[0]
+    assert index_urls(advice) == ["https://download.pytorch.org/whl/cu126"]
+
+
+def test_cuda_build_and_a_new_enough_driver_but_no_usable_gpu():
+    advice = doctor.advise(CU126_IDLE, WINDOWS, "Windows", "AMD64")
+    assert advice.case == doctor.CASE_GPU_NOT_USABLE
+    assert commands(advice) == ['python -c "import torch; torch.zeros(1).cuda()"']
+
+
+def test_gpus_hidden_by_cuda_visible_devices_are_named_as_the_cause():
+    advice = doctor.advise(CU126_IDLE, LINUX, "Linux", "x86_64", visible="")
+    assert advice.case == doctor.CASE_GPU_NOT_USABLE
+    assert "CUDA_VISIBLE_DEVICES" in advice.steps[0]
+
+
+def test_cuda_works():
+    advice = doctor.advise(CU126_WORKING, WINDOWS, "Windows", "AMD64")
+    assert advice.case == doctor.CASE_WORKS and "CUDA works" in advice.summary
+    assert commands(advice) == []
+
+
+def test_mps_works():
+    mac = TorchBuild("2.14.1", None, None, cuda_available=False, mps_available=True)
+    assert doctor.advise(mac, None, "Darwin", "arm64").case == doctor.CASE_WORKS
+
+
+@pytest.mark.parametrize("build", [CPU_ONLY, CU130_IDLE])
+def test_no_nvidia_gpu(build):
+    advice = doctor.advise(build, None, "Windows", "AMD64")
+    assert advice.case == doctor.CASE_NO_NVIDIA
+    text = "\n".join(advice.steps)
+    assert "quick mode" in text and "Colab (notebook 05)" in text and "mps" not in text
+    assert (doctor.DRIVER_PAGE in text) == (build.cuda is not None)  # a CUDA build: maybe only the driver is missing
+
+
+def test_no_nvidia_gpu_on_apple_silicon_mentions_mps():
+    advice = doctor.advise(CPU_ONLY_PYPI, None, "Darwin", "arm64")
+    assert any("'mps'" in line for line in advice.steps)
+
+
+@pytest.mark.parametrize("build, smi", [(CPU_ONLY, WINDOWS), (CPU_ONLY, OLD), (CU130_IDLE, WINDOWS),
+                                        (CU126_IDLE, LINUX), (CPU_ONLY, None)])
+def test_printed_commands_can_be_copied_as_they_are(build, smi):
+    advice = doctor.advise(build, smi, "Windows", "AMD64")
+    for command in commands(advice):
+        words = shlex.split(command)  # quotes balanced, nothing cut off
+        assert words[0] == "python" or words[0].startswith("https://"), command
+        assert "\n" not in command and not command.endswith(("\\", "^", "`")), command  # no continuation lines
+
+
+# --- gathering the facts --------------------------------------------------------------------------------
+
+def fake_nvidia_smi(monkeypatch, query, header, returncode=0):
+    calls = []
+
+    def run(args, **kwargs):
+        calls.append((args, kwargs))
+        out = query if any(a.startswith("--query-gpu") for a in args) else header
+        return subprocess.CompletedProcess(args, returncode, stdout=out, stderr="")
+
+    monkeypatch.setattr(doctor.shutil, "which", lambda name: "/usr/bin/nvidia-smi" if name == "nvidia-smi" else None)
+    monkeypatch.setattr(doctor.subprocess, "run", run)
+    return calls
+
+
+def test_read_nvidia_smi_runs_both_commands_with_a_timeout(monkeypatch):
+    calls = fake_nvidia_smi(monkeypatch, LINUX_580_QUERY, LINUX_580_HEADER)
+    assert doctor.read_nvidia_smi() == LINUX
+    assert [args[1:] for args, _ in calls] == [["--query-gpu=name,driver_version", "--format=csv,noheader"], []]
+    assert all(kw.get("timeout") for _, kw in calls)
+
+
+def test_read_nvidia_smi_without_nvidia_smi(monkeypatch):
+    monkeypatch.setattr(doctor.shutil, "which", lambda name: None)
+    monkeypatch.setattr(doctor.subprocess, "run", lambda *a, **k: pytest.fail("must not run anything"))
+    assert doctor.read_nvidia_smi() is None
+
+
+def test_read_nvidia_smi_that_fails_or_hangs(monkeypatch):
+    fake_nvidia_smi(monkeypatch, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
+                    "", returncode=9)
+    assert doctor.read_nvidia_smi() is None
+
+    def hang(args, **kwargs):
+        raise subprocess.TimeoutExpired(args, kwargs["timeout"])
+
+    monkeypatch.setattr(doctor.subprocess, "run", hang)
+    assert doctor.read_nvidia_smi() is None
+
+
+def test_torch_build_reads_the_installed_torch(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    build = doctor.torch_build()
+    assert build.version == torch.__version__ and build.cuda is None and not build.cuda_available
+    monkeypatch.setattr(torch.version, "cuda", "12.6")
+    assert doctor.torch_build().cuda == (12, 6)
+    assert doctor.describe_build(doctor.torch_build()) == "CUDA 12.6 build"
+
+
+def test_training_speed_is_measured():
+    assert doctor.training_speed("cpu", batch_size=8, steps=1) > 0
+
+
+def test_run_prints_one_screen_with_the_advice(monkeypatch, capsys):
+    monkeypatch.setattr(doctor, "torch_build", lambda: CPU_ONLY_PYPI)
+    monkeypatch.setattr(doctor, "best_accelerator", lambda: None)
+    monkeypatch.setattr(doctor.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(doctor.platform, "system", lambda: "Windows")
+    fake_nvidia_smi(monkeypatch, WINDOWS_566_QUERY, WINDOWS_566_HEADER)
+    monkeypatch.setattr(doctor, "training_speed", lambda device, steps: 1000.0)
+    doctor.run()
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert len(lines) <= 24, out
+    assert lines[0].startswith("torch 2.14.1: CPU-only build")
+    assert "RTX 3060 Laptop GPU; driver 566.36, supports CUDA up to 12.7" in lines[1]
+    assert "cpu 1,000 images/s" in out
+    assert "    python -m pip install torch torchvision --index-url https://download.pytorch.org/whl/cu126" in lines
+
+
+def test_run_shows_the_measured_speed_up(monkeypatch, capsys):
+    monkeypatch.setattr(doctor, "torch_build", lambda: CU126_WORKING)
+    monkeypatch.setattr(doctor, "read_nvidia_smi", lambda: WINDOWS)
+    monkeypatch.setattr(doctor, "describe_devices", lambda: "cpu, cuda:0")
+    monkeypatch.setattr(doctor, "best_accelerator", lambda: torch.device("cuda", 0))
+    monkeypatch.setattr(doctor, "training_speed", lambda device, steps: 20000.0 if str(device) == "cuda:0" else 1000.0)
+    doctor.run()
+    out = capsys.readouterr().out
+    assert "cuda:0 20,000 images/s: 20.0x the CPU" in out and "CUDA works" in out
+
+
+@pytest.mark.gpu
+def test_on_a_working_gpu_the_doctor_says_so():
+    assert doctor.advise(doctor.torch_build(), doctor.read_nvidia_smi()).case == doctor.CASE_WORKS
