@@ -7,6 +7,7 @@ are counted from 0, as nbval counts them.
 from __future__ import annotations
 
 import difflib
+import os
 import importlib.util
 import re
 import shlex
@@ -24,9 +25,8 @@ PATHS = sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
 NAMES = [p.name for p in PATHS]
 
 sys.path.insert(0, str(TOOLS))
-from notebook_settings import BRANCH, REPO  # noqa: E402
+from stamp_notebooks import SETUP_MARK, binder_url, colab_url  # noqa: E402
 
-SETUP_MARK = "# Colab setup"
 README = "../README.md"
 IGNORE_MARKERS = {"NBVAL_IGNORE_OUTPUT", "PYTEST_VALIDATE_IGNORE_OUTPUT", "NBVAL_SKIP"}
 IGNORE_TAGS = {"nbval-ignore-output", "pytest-validate-ignore-output", "nbval-skip"}
@@ -34,14 +34,6 @@ TORCH_PACKAGES = {"torch", "torchvision", "torchaudio"}
 # Places on a developer's machine that must not show up in stored outputs.
 LOCAL_PATH = re.compile(r"/home/|/Users/|/root\b|/work/|/tmp/|/var/folders/|/private/var/|\b[A-Z]:\\")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
-
-def colab_url(name):
-    return f"https://colab.research.google.com/github/{REPO}/blob/{BRANCH}/notebooks/{name}"
-
-
-def binder_url(name):
-    return f"https://mybinder.org/v2/gh/{REPO}/{BRANCH}?urlpath=lab/tree/notebooks/{name}"
 
 
 def check(condition, message):
@@ -255,3 +247,40 @@ def test_readme_lists_the_notebook_with_its_launch_links(name):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for link in (f"(notebooks/{name})", f"({colab_url(name)})", f"({binder_url(name)})"):
         check(link in readme, f"README.md: the notebook table lacks {link} for {name}")
+
+
+def kernel_prints(code):
+    """What a notebook kernel, started as nbval starts it, prints for ``code``."""
+    from nbval.kernel import CURRENT_ENV_KERNEL_NAME, RunningKernel
+
+    kernel = RunningKernel(CURRENT_ENV_KERNEL_NAME, cwd=str(NOTEBOOKS))
+    try:
+        msg_id = kernel.execute_cell_input(code)
+        printed = []
+        while True:
+            msg = kernel.get_message("iopub", timeout=60)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                printed.append(msg["content"]["text"])
+            elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                return "".join(printed)
+    finally:
+        kernel.stop()
+
+
+@pytest.mark.parametrize("nvidia_gpu", [False, True], ids=["cpu-machine", "gpu-machine"])
+def test_notebook_kernels_get_no_gpu_and_the_test_configuration(nvidia_gpu, monkeypatch):
+    """On a GPU machine the kernels see no GPU, so they print the stored CPU outputs; elsewhere nothing is hidden."""
+    import execute_notebooks
+
+    which = shutil.which
+    monkeypatch.setattr(execute_notebooks.shutil, "which",
+                        lambda name, *a, **k: ("/usr/bin/nvidia-smi" if nvidia_gpu else None) if name == "nvidia-smi"
+                        else which(name, *a, **k))
+    expected = {"CUDA_VISIBLE_DEVICES": "" if nvidia_gpu else None, "TUDUI_DATA": "synthetic", "TUDUI_QUICK": "1"}
+    before = dict(os.environ)
+    seen = kernel_prints(f"import os; print({{k: os.environ.get(k) for k in {sorted(expected)!r}}})")
+    check(seen.strip() == str(expected),
+          f"a notebook kernel of the test run sees {seen.strip()}, expected {expected} (see the root conftest.py)")
+    check(dict(os.environ) == before, "starting a notebook kernel changed the test process's environment")

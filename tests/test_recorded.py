@@ -1,0 +1,159 @@
+"""Recorded GPU outputs: no stale recording, and the whole path (run, record, show) works end to end."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tudui.recorded import calls_in, find_recording, show_recorded, source_sha
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+RECORDED = NOTEBOOKS / "recorded"
+TOOLS = ROOT / "tools"
+sys.path.insert(0, str(TOOLS))
+from record_outputs import RecordError, record  # noqa: E402
+
+
+def code_cells(path):
+    return [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+
+
+def stale(notebook: Path, recording: Path) -> list:
+    """What is wrong with ``recording`` for ``notebook``, one line per cell (empty: up to date)."""
+    if not notebook.is_file():
+        return [f"{recording.name}: records {notebook.name}, which does not exist"]
+    cells = {c.get("id"): "".join(c["source"]) for c in code_cells(notebook)}
+    problems = []
+    for cell_id, entry in json.loads(recording.read_text(encoding="utf-8")).items():
+        where = f"{notebook.name} cell id {cell_id} (key {entry.get('key')!r})"
+        if cell_id not in cells:
+            problems.append(f"{where}: no such cell any more")
+        elif source_sha(cells[cell_id]) != entry["source_sha"]:
+            problems.append(f"{where}: the cell changed since it was recorded; record it again on a GPU "
+                            "(tools/gpu_check.sh) or undo the change")
+        elif (notebook.stem, entry["key"]) not in calls_in(cells[cell_id]):
+            problems.append(f"{where}: the cell does not call show_recorded({notebook.stem!r}, {entry['key']!r})")
+    return problems
+
+
+@pytest.mark.parametrize("recording", sorted(RECORDED.glob("*.json")), ids=lambda p: p.name)
+def test_recordings_match_their_cells(recording):
+    problems = stale(NOTEBOOKS / f"{recording.stem}.ipynb", recording)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("notebook", sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb")), ids=lambda p: p.name)
+def test_show_recorded_calls_name_their_own_notebook_once(notebook):
+    keys = []
+    for cell in code_cells(notebook):
+        calls = calls_in("".join(cell["source"]))
+        assert all(name == notebook.stem for name, _ in calls), \
+            f"{notebook.name} cell id {cell.get('id')}: show_recorded names {calls}, not {notebook.stem!r}"
+        assert len(calls) <= 1, f"{notebook.name} cell id {cell.get('id')}: more than one show_recorded call"
+        assert not calls or cell.get("id"), f"{notebook.name}: cells have no ids (nbformat 4.5 gives them)"
+        keys += [key for _, key in calls]
+    assert len(keys) == len(set(keys)), f"{notebook.name}: a show_recorded key is used twice: {sorted(keys)}"
+
+
+def cell(source, cell_id, tags=()):
+    return {"cell_type": "code", "id": cell_id, "metadata": {"tags": list(tags)}, "source": source,
+            "outputs": [], "execution_count": None}
+
+
+GUARDED = ('import os\nfrom tudui.recorded import show_recorded\n'
+           'if os.environ.get("FIXTURE_LIVE"):\n'
+           '    print("live: 42 images/s")\n'
+           'else:\n'
+           '    show_recorded("99-fixture", "speed", "a speed in images/s")')
+
+
+@pytest.fixture
+def fixture_notebook(tmp_path):
+    cells = [cell("%pip install nothing\nx = 6 * 7\nx", "a1"), cell("!echo from a shell", "a2"),
+             cell("%%writefile made.txt\nhello", "a3"), cell("raise ValueError('on purpose')", "a4",
+                                                              ["raises-exception"]),
+             cell(GUARDED, "a5")]
+    path = tmp_path / "99-fixture.ipynb"
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
+def run_cells(notebook, out, live):
+    env = {**os.environ, "FIXTURE_LIVE": "1" if live else ""}
+    done = subprocess.run([sys.executable, str(TOOLS / "run_notebook_cells.py"), str(notebook), str(out)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {c["id"]: c for c in json.loads(out.read_text())["cells"]}
+
+
+@pytest.mark.slow
+def test_run_record_and_show_end_to_end(fixture_notebook, tmp_path):
+    live = run_cells(fixture_notebook, tmp_path / "live.json", live=True)
+    assert live["a1"]["outputs"] == ["42\n"]
+    assert live["a2"]["outputs"] == ["from a shell\n"]
+    assert (tmp_path / "made.txt").read_text() == "hello" and live["a3"]["outputs"] == ["Writing made.txt\n"]
+    assert live["a4"]["error"] is None and "on purpose" in live["a4"]["stderr"]
+    assert live["a5"]["outputs"] == ["live: 42 images/s\n"]
+
+    with pytest.raises(RecordError, match="must come from a GPU run"):
+        record(tmp_path / "live.json", tmp_path / "recorded")
+    saved = json.loads(record(tmp_path / "live.json", tmp_path / "recorded", allow_cpu=True).read_text())
+    assert list(saved) == ["a5"] and saved["a5"]["key"] == "speed"
+    assert not stale(fixture_notebook, tmp_path / "recorded" / "99-fixture.json")
+
+    shown = run_cells(fixture_notebook, tmp_path / "shown.json", live=False)["a5"]["outputs"][0]
+    label, body = shown.splitlines()
+    assert label.startswith(f"No GPU here. Recorded on {saved['a5']['device']}, torch ") and "not a live run" in label
+    assert body == "    live: 42 images/s"
+
+
+def test_a_changed_cell_makes_its_recording_stale(fixture_notebook, tmp_path):
+    recording = tmp_path / "99-fixture.json"
+    entry = {"key": "speed", "source_sha": source_sha(GUARDED), "outputs": ["x\n"], "device": "GPU", "torch": "2",
+             "date": "2026-01-01"}
+    recording.write_text(json.dumps({"a5": entry}))
+    assert stale(fixture_notebook, recording) == []
+    nb = json.loads(fixture_notebook.read_text())
+    nb["cells"][-1]["source"] = GUARDED.replace("42", "43")
+    fixture_notebook.write_text(json.dumps(nb))
+    assert stale(fixture_notebook, recording) == [
+        "99-fixture.ipynb cell id a5 (key 'speed'): the cell changed since it was recorded; "
+        "record it again on a GPU (tools/gpu_check.sh) or undo the change"]
+
+
+def test_record_refuses_a_call_naming_another_notebook(tmp_path):
+    run = {"notebook": "99-fixture", "device": "NVIDIA X", "torch": "2", "date": "d",
+           "cells": [{"index": 0, "id": "b1", "source": 'tudui.show_recorded("03-to-device", "k")',
+                      "source_sha": "0", "outputs": [], "error": None}]}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    with pytest.raises(RecordError, match="99-fixture cell 0 .id b1.: needs exactly one show_recorded"):
+        record(tmp_path / "run.json", tmp_path)
+
+
+def test_without_a_recording_a_placeholder_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    show_recorded("99-fixture", "speed", "a speed in images/s.")
+    assert capsys.readouterr().out == ("No GPU here, and no recording from a GPU yet. "
+                                       "On a GPU this cell shows a speed in images/s.\n")
+
+
+def test_a_recording_is_found_next_to_the_notebook(tmp_path, monkeypatch, capsys):
+    (tmp_path / "recorded").mkdir()
+    entry = {"key": "k", "source_sha": "0", "outputs": ["line 1\n", "line 2\n"], "device": "NVIDIA H200",
+             "torch": "2.11.0+cu130", "date": "2026-05-01"}
+    (tmp_path / "recorded" / "99-fixture.json").write_text(json.dumps({"c1": entry}))
+    monkeypatch.chdir(tmp_path)
+    show_recorded("99-fixture", "k")
+    assert capsys.readouterr().out == ("No GPU here. Recorded on NVIDIA H200, torch 2.11.0+cu130, 2026-05-01 "
+                                       "(not a live run):\n    line 1\n    line 2\n")
+    assert find_recording("99-fixture", "other") is None
+
+
+def test_a_notebook_is_named_without_folder_or_suffix():
+    with pytest.raises(ValueError, match="'03-to-device'"):
+        find_recording("../03-to-device.ipynb", "k")
