@@ -2,13 +2,14 @@
 
     python benchmarks/throughput.py [--device auto|cpu|cuda|cuda:N|mps|xpu] [--quick] [--json PATH]
 
-Measures, as images/s of one training epoch (median of timed epochs after a
-warm-up, runs interleaved so that machine drift falls on all of them alike):
+Measures, as images/s of one training epoch (median of timed epochs after a warm-up, runs
+interleaved so that machine drift falls on all of them alike):
   1. the course's minimal loop vs tudui.train_one_epoch, same pre-built batches;
-  2. the DataLoader path (PIL + ToTensor) vs the device-resident path (ResidentLoader);
-  3. on an accelerator: batch 64 and 512, channels_last and autocast;
+  2. the DataLoader path (PIL + ToTensor) vs the device-resident path (ResidentLoader), both
+     through tudui.train_one_epoch;
+  3. on an accelerator, batch 64 and 512: the minimal loop over resident data, plain and with
+     channels_last, autocast, both (each against the plain minimal loop);
   4. FLOPs per image, and each figure as a share of the device's measured matmul limit.
-The measuring code lives in tudui.timing, so notebook 07 uses the very same functions.
 """
 from __future__ import annotations
 
@@ -20,20 +21,24 @@ from pathlib import Path
 
 import torch
 
+import harness
+import limits
 import tudui
-from tudui import timing
 
 HERE = Path(__file__).resolve().parent
 EXIT_USAGE = 2
 
 # Sizes: images per timed epoch, timed repeats, matmul size. CPU figures suit a 2-core machine.
 SIZES = {
-    ("cpu", True): dict(loop_images=192, loop_repeat=9, images=256, repeat=3, matmul=1024),
-    ("cpu", False): dict(loop_images=512, loop_repeat=15, images=1024, repeat=7, matmul=1024),
-    ("accelerator", True): dict(loop_images=10_000, loop_repeat=5, images=10_000, repeat=3, matmul=4096),
-    ("accelerator", False): dict(loop_images=50_000, loop_repeat=7, images=50_000, repeat=5, matmul=4096),
+    ("cpu", True): dict(loop_images=192, loop_repeat=9, images=256, repeat=3, matmul=1024, matmul_s=0.2),
+    ("cpu", False): dict(loop_images=512, loop_repeat=15, images=1024, repeat=7, matmul=1024, matmul_s=1.0),
+    ("accelerator", True): dict(loop_images=10_000, loop_repeat=5, images=10_000, repeat=3, matmul=4096,
+                                matmul_s=0.2),
+    ("accelerator", False): dict(loop_images=50_000, loop_repeat=7, images=50_000, repeat=5, matmul=4096,
+                                 matmul_s=1.0),
 }
 LOOP_TARGET = 0.95
+SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 class UsageError(Exception):
@@ -51,8 +56,7 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke test (under a minute on a CPU)")
     p.add_argument("--json", default=None, help="where to write the results "
                    "(default: benchmarks/results/throughput-<device>.json)")
-    p.add_argument("--data", choices=tudui.data.SOURCES, default=None,
-                   help="auto, cifar10 or synthetic (default: $TUDUI_DATA or auto)")
+    p.add_argument("--data", default=None, help="auto, cifar10 or synthetic (default: $TUDUI_DATA or auto)")
     p.add_argument("--root", default="data", help="folder holding CIFAR-10 (default: data)")
     return p.parse_args(argv)
 
@@ -69,83 +73,105 @@ def _device_name(device: torch.device) -> str:
     return device.type
 
 
+def loop_runs(batches, device) -> dict:
+    """Section 1: the same pre-built batches through the minimal loop and through tudui.train_one_epoch."""
+    return {"minimal loop (pre-built batches)": harness.minimal_run(batches, harness.training_step(device), device),
+            "tudui.train_one_epoch (same batches)": harness.tudui_run(batches, device)}
+
+
+def loader_runs(dataset, batch, device) -> dict:
+    """Section 2: the course's DataLoader vs the ResidentLoader, both through tudui.train_one_epoch."""
+    return {"DataLoader (PIL + ToTensor)": harness.tudui_run(tudui.loaders(dataset, dataset, batch, device)[0],
+                                                             device),
+            "ResidentLoader": harness.tudui_run(tudui.ResidentLoader(dataset, batch, device), device)}
+
+
+def option_runs(dataset, batch, device, amp_dtype) -> dict:
+    """Section 3: the minimal loop over resident data with fused SGD, plain and with each option."""
+    short = SHORT[amp_dtype]
+    names = {(False, None): "resident, minimal loop", (True, None): "resident + channels_last",
+             (False, amp_dtype): f"resident + autocast {short}", (True, amp_dtype): f"resident + channels_last + {short}"}
+    runs = {}
+    for (channels_last, amp), name in names.items():
+        loader = harness.resident_loader(dataset, batch, device, channels_last)
+        step = harness.training_step(device, channels_last, amp, fused=True)
+        runs[name] = harness.minimal_run(loader, step, device)
+    return runs
+
+
+def add_rows(results, runs, timings, images, batch):
+    """One table row per run: images/s, and the arithmetic it achieves as a share of the matmul limit."""
+    for name, t in timings.items():
+        ips, dtype = images / t.median, runs[name].dtype
+        results["rows"].append({"path": name, "batch": batch, "images_per_s": ips, "dtype": dtype,
+                                "fraction_of_matmul": ips * results["train_flops_per_image"]
+                                / results["matmul_flops_per_s"][dtype]})
+
+
+def add_ratio(results, label, timings, fast, slow, target=None):
+    value = harness.speed_ratio(timings[fast], timings[slow])
+    results["ratios"].append({"label": label, "value": value, "target": target})
+
+
+def header(device, size, quick, train_set, loop_set, dtypes) -> dict:
+    """The results before any epoch is timed: what runs where, FLOPs per image, matmul limits."""
+    limit = {str(dt).replace("torch.", ""): limits.matmul_flops_per_s(device, dt, size["matmul"], size["matmul_s"])
+             for dt in dtypes}
+    return {"device": str(device), "device_name": _device_name(device), "torch": torch.__version__,
+            "data": "synthetic" if tudui.is_synthetic(train_set) else "CIFAR-10", "quick": quick,
+            "images": len(train_set), "loop_images": len(loop_set), "repeat": size["repeat"],
+            "loop_repeat": size["loop_repeat"], "warmup": 1,
+            "forward_flops_per_image": limits.flops_per_image(), "train_flops_per_image": limits.flops_per_image(True),
+            "matmul_flops_per_s": limit, "matmul_size": size["matmul"],
+            "matmul_tf32": limits.tf32_like_convolutions(device), "rows": [], "ratios": []}
+
+
 def run(device: torch.device, quick: bool, data_source=None, root="data") -> dict:
     """Measure everything on ``device``; returns the results (rows, ratios, limits)."""
     accelerator = device.type != "cpu"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # Timer synchronises the current device
     size = SIZES[("accelerator" if accelerator else "cpu", quick)]
     train_set = tudui.cifar10(True, root, data_source, limit=size["images"])
     found = "synthetic" if tudui.is_synthetic(train_set) else "cifar10"  # say "not found" once only
     loop_set = tudui.cifar10(True, root, found, limit=size["loop_images"])
-    dtypes = [torch.float32] + ([timing.autocast_dtype(device)] if accelerator else [])
-    limits = {str(dt).replace("torch.", ""): timing.matmul_flops_per_s(device, dt, n=size["matmul"])
-              for dt in dtypes}
-    forward = timing.forward_flops(tudui.Tudui())
-    results = {"device": str(device), "device_name": _device_name(device), "torch": torch.__version__,
-               "data": "synthetic" if tudui.is_synthetic(train_set) else "CIFAR-10", "quick": quick,
-               "images": len(train_set), "loop_images": len(loop_set), "repeat": size["repeat"],
-               "loop_repeat": size["loop_repeat"], "warmup": 1,
-               "forward_flops_per_image": forward, "train_flops_per_image": 3 * forward,
-               "matmul_flops_per_s": limits, "matmul_size": size["matmul"], "rows": [], "ratios": []}
+    amp = harness.autocast_dtype(device)
+    results = header(device, size, quick, train_set, loop_set, [torch.float32] + [amp] * accelerator)
 
-    def add_rows(group, batch, precision=None):
-        for name, ips in group["images_per_s"].items():
-            dtype = precision(name) if precision else "float32"
-            achieved = ips * 3 * forward
-            results["rows"].append({"path": name, "batch": batch, "images_per_s": ips, "dtype": dtype,
-                                    "fraction_of_matmul": achieved / limits[dtype]})
-
-    def add_ratio(label, group, fast, slow, target=None):
-        value = timing.speed_ratio(group["timings"][fast], group["timings"][slow])
-        results["ratios"].append({"label": label, "value": value, "target": target})
-
-    # 1. Loop overhead: the same pre-built batches, so no data loading in the way.
-    loops = timing.compare_training({
-        "minimal loop (pre-built batches)": dict(kind="batches", loop="minimal"),
-        "tudui.train_one_epoch (same batches)": dict(kind="batches", loop="tudui"),
-    }, loop_set, device, repeat=size["loop_repeat"])
-    add_rows(loops, 64)
-    add_ratio("tudui.train_one_epoch / minimal loop", loops, "tudui.train_one_epoch (same batches)",
+    batches = list(tudui.ResidentLoader(loop_set, 64, device, shuffle=False))
+    runs = loop_runs(batches, device)
+    timings = harness.interleaved(runs, device, size["loop_repeat"])
+    add_rows(results, runs, timings, len(loop_set), 64)
+    add_ratio(results, "tudui.train_one_epoch / minimal loop", timings, "tudui.train_one_epoch (same batches)",
               "minimal loop (pre-built batches)", LOOP_TARGET)
 
-    # 2 and 3. Data paths, end to end; on an accelerator also batch 512, channels_last, autocast.
-    amp = timing.autocast_dtype(device)
-    amp_name = str(amp).replace("torch.", "")
-    short = {torch.bfloat16: "bf16", torch.float16: "fp16"}[amp]
     for batch in ((64, 512) if accelerator else (64,)):
-        setups = {"DataLoader (PIL + ToTensor)": dict(kind="dataloader"),
-                  "ResidentLoader": dict(kind="resident")}
-        if accelerator:
-            setups.update({
-                "resident + channels_last": dict(kind="resident", loop="tuned", channels_last=True),
-                f"resident + autocast {short}": dict(kind="resident", loop="tuned", amp_dtype=amp),
-                f"resident + channels_last + {short}": dict(kind="resident", loop="tuned",
-                                                            channels_last=True, amp_dtype=amp),
-            })
-        for kw in setups.values():
-            kw["batch_size"] = batch
-        group = timing.compare_training(setups, train_set, device, repeat=size["repeat"])
-        add_rows(group, batch, lambda name: amp_name if short in name else "float32")
-        add_ratio(f"ResidentLoader / DataLoader (batch {batch})", group, "ResidentLoader",
+        options = option_runs(train_set, batch, device, amp) if accelerator else {}
+        runs = {**loader_runs(train_set, batch, device), **options}
+        timings = harness.interleaved(runs, device, size["repeat"])
+        add_rows(results, runs, timings, len(train_set), batch)
+        add_ratio(results, f"ResidentLoader / DataLoader (batch {batch})", timings, "ResidentLoader",
                   "DataLoader (PIL + ToTensor)")
-        if accelerator:
-            for name in list(setups)[2:]:
-                add_ratio(f"{name} / ResidentLoader (batch {batch})", group, name, "ResidentLoader")
+        baseline, *tuned = options or [None]
+        for name in tuned:  # same loop, same optimizer on both sides: only the option differs
+            add_ratio(results, f"{name} / {baseline} (batch {batch})", timings, name, baseline)
     return results
 
 
 def report(results: dict) -> str:
     """The results as an aligned plain-text table."""
-    limits = results["matmul_flops_per_s"]
-    n = results["matmul_size"]
+    tf32 = {True: "; float32 with TF32 on, as the convolutions", False: "; float32 with TF32 off, as the convolutions",
+            None: ""}[results["matmul_tf32"]]
     lines = [
         "Tudui training throughput: images/s of one training epoch, the median of repeated timed epochs "
         "after a warm-up, runs interleaved",
         f"device: {results['device']} ({results['device_name']}) | torch {results['torch']} | "
         f"data: {results['data']}, {results['images']:,} images{' | --quick' if results['quick'] else ''}",
         f"model: {results['forward_flops_per_image'] / 1e6:.2f} MFLOP forward per image, "
-        f"{results['train_flops_per_image'] / 1e6:.2f} MFLOP to train on one (3x forward)",
-        "matmul limit (measured, {0}x{0}): ".format(n)
-        + ", ".join(f"{dt} {v / 1e9:,.1f} GFLOP/s" for dt, v in limits.items()),
+        f"{results['train_flops_per_image'] / 1e6:.2f} MFLOP to train on one (forward + backward, "
+        "counted by torch.utils.flop_counter)",
+        f"matmul limit (fastest measured run, {results['matmul_size']}x{results['matmul_size']}{tf32}): "
+        + ", ".join(f"{dt} {v / 1e9:,.1f} GFLOP/s" for dt, v in results["matmul_flops_per_s"].items()),
         "",
     ]
     width = max(len(r["path"]) for r in results["rows"])

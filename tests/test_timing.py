@@ -1,0 +1,71 @@
+"""tudui.timing: measure and Stopwatch wait for the device, see the work, and report median and best."""
+import time
+
+import pytest
+import torch
+
+from tudui import timing
+from tudui.timing import Stopwatch, Timing, measure
+
+
+def test_measure_runs_warmup_untimed_then_times_each_repeat():
+    calls = []
+    t = measure(lambda: calls.append(1), "cpu", repeat=4, warmup=2)
+    assert len(calls) == 6  # 2 untimed + 4 timed
+    assert len(t.times) == 4
+    assert t.best == min(t.times) and t.best <= t.median <= max(t.times)
+    assert "median of 4" in str(t)
+
+
+def test_measure_sees_the_work():
+    naps = iter([0.03, 0.01, 0.02])
+    t = measure(lambda: time.sleep(next(naps)), repeat=3, warmup=0)
+    assert t.best >= 0.01 and t.median >= 0.02
+    assert max(t.times) >= 0.03
+
+
+def test_measure_synchronizes_around_every_timed_call(monkeypatch):
+    events = []
+    monkeypatch.setattr(timing, "synchronize", lambda device: events.append(("sync", str(device))))
+    measure(lambda: events.append("work"), "cuda:1", repeat=2, warmup=1)
+    sync = ("sync", "cuda:1")
+    assert events == ["work", sync, "work", sync, sync, "work", sync]
+
+
+@pytest.mark.parametrize("repeat, warmup", [(0, 1), (3, -1)])
+def test_measure_refuses_nothing_to_time(repeat, warmup):
+    with pytest.raises(ValueError, match="repeat >= 1 and warmup >= 0"):
+        measure(lambda: None, repeat=repeat, warmup=warmup)
+
+
+def test_timing_median_and_best():
+    t = Timing([0.3, 0.1, 0.2, 5.0])  # one interrupted run does not move the median much
+    assert t.median == 0.25 and t.best == 0.1
+    assert str(t) == "250.00 ms (median of 4)"
+
+
+def test_stopwatch_measures_and_lets_errors_through():
+    with Stopwatch("cpu") as sw:
+        time.sleep(0.02)
+    assert 0.02 <= sw.seconds < 5
+    with pytest.raises(ValueError, match="not swallowed"):
+        with Stopwatch() as failed:
+            time.sleep(0.01)
+            raise ValueError("not swallowed")
+    assert failed.seconds >= 0.01
+
+
+@pytest.mark.gpu
+def test_timing_on_gpu_waits_for_the_kernels():
+    x = torch.rand(4096, 4096, device="cuda")
+    x @ x
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with Stopwatch("cuda") as sw:
+        start.record()
+        for _ in range(20):
+            x @ x
+        end.record()
+    gpu_seconds = start.elapsed_time(end) / 1e3  # what the GPU itself spent
+    assert sw.seconds >= 0.9 * gpu_seconds > 0
+    t = measure(lambda: [x @ x for _ in range(20)], "cuda", repeat=3, warmup=1)
+    assert t.median >= 0.5 * gpu_seconds
