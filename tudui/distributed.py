@@ -110,13 +110,13 @@ def setup(want="auto") -> Context:
     """Pick the device and, under torchrun, join the process group.
 
     Each process takes its own GPU (``cuda:LOCAL_RANK``) and the ``nccl``
-    backend; on CPUs every process uses ``gloo``.
+    backend (``gloo`` where torch has no NCCL, as on Windows); on CPUs every process uses ``gloo``.
     """
     if not launched_by_torchrun():
         return Context(device=pick_device(want))
     rank, world, local = _torchrun_env()
     device = _device_for(want, local)
-    backend = BACKENDS[device.type]
+    backend = BACKENDS[device.type] if dist.is_nccl_available() else "gloo"  # Windows builds have no NCCL
     if device.type == "cuda":
         torch.cuda.set_device(device)
     # device_id binds the group to this process's GPU (collectives and barriers use it).
