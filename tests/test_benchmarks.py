@@ -230,7 +230,8 @@ def test_quick_benchmark_runs_and_writes_its_json(tmp_path):
             f"sys.exit(throughput.main(['--quick', '--device', 'cpu', '--json', {str(out)!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == ""
+    # torch.utils.cpp_extension's notice on a machine with a CUDA toolkit but no GPU (torch 2.7 prints it) is not ours
+    assert [line for line in proc.stderr.splitlines() if not line.startswith("No CUDA runtime is found")] == []
     assert "device: cpu" in proc.stdout and f"torch {torch.__version__}" in proc.stdout
     assert "skipped, no accelerator" in proc.stdout
     results = json.loads(out.read_text())

@@ -281,6 +281,21 @@ def test_training_speed_is_measured():
     assert doctor.training_speed("cpu", batch_size=8, steps=1) > 0
 
 
+def test_training_speed_warms_up_before_the_clock_starts(monkeypatch):
+    forwards, at_first_timing = [], []
+    forward, measure = doctor.Tudui.forward, doctor.measure
+    monkeypatch.setattr(doctor.Tudui, "forward", lambda self, x: forwards.append(1) or forward(self, x))
+
+    def spy(fn, device, repeat, warmup):
+        at_first_timing.append(len(forwards))
+        return measure(fn, device, repeat=repeat, warmup=warmup)
+
+    monkeypatch.setattr(doctor, "measure", spy)
+    doctor.training_speed("cpu", batch_size=4, steps=2, repeat=3)
+    assert at_first_timing == [doctor.WARMUP_STEPS]
+    assert len(forwards) == doctor.WARMUP_STEPS + 3 * 2
+
+
 def test_run_prints_one_screen_with_the_advice(monkeypatch, capsys):
     monkeypatch.setattr(doctor, "torch_build", lambda: CPU_ONLY_PYPI)
     monkeypatch.setattr(doctor, "best_accelerator", lambda: None)

@@ -458,10 +458,7 @@ def test_a_bug_is_one_line_and_the_traceback_is_on_request(here, debug):
         assert len(proc.stderr.splitlines()) == 1
 
 
-@pytest.mark.parametrize("moment", [
-    pytest.param("imports", marks=pytest.mark.xfail(
-        strict=True, reason="tudui/__init__.py imports torch before tudui/__main__.py can catch Ctrl-C")),
-    "training"])
+@pytest.mark.parametrize("moment", ["imports", "training"])
 def test_ctrl_c_is_one_line_and_exit_130(here, moment):
     proc = subprocess.Popen([sys.executable, "-m", "tudui", *TRAIN, "--force", "--limit", "5000", "--epochs", "50",
                              "--checkpoint", "ck.pth"], cwd=here, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -138,8 +138,7 @@ def test_record_refuses_a_call_naming_another_notebook(tmp_path):
 def test_without_a_recording_a_placeholder_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     show_recorded("99-fixture", "speed", "a speed in images/s.")
-    assert capsys.readouterr().out == ("No GPU here, and no recording from a GPU yet. "
-                                       "On a GPU this cell shows a speed in images/s.\n")
+    assert capsys.readouterr().out == "No GPU here. On a GPU this cell shows a speed in images/s.\n"
 
 
 def test_a_recording_is_found_next_to_the_notebook(tmp_path, monkeypatch, capsys):

@@ -268,21 +268,29 @@ def describe_devices() -> str:
     return ", ".join(names)
 
 
-def training_speed(device, batch_size: int = 64, steps: int = 5) -> float:
-    """Images/s of a few Tudui training steps on ``device`` (random data)."""
+WARMUP_STEPS = 3  # untimed: the first steps pay one-off costs (memory, kernel choice, on a GPU its start-up)
+
+
+def training_speed(device, batch_size: int = 64, steps: int = 10, repeat: int = 5) -> float:
+    """Images/s of Tudui training steps on ``device`` (random data).
+
+    ``WARMUP_STEPS`` untimed steps first, then the median of ``repeat`` timings of ``steps`` steps each:
+    one-off costs would otherwise dominate a measurement this short.
+    """
     model = Tudui().to(device)
     x = torch.rand(batch_size, 3, 32, 32, device=device)
     y = torch.randint(0, 10, (batch_size,), device=device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
 
-    def train_steps():
-        for _ in range(steps):
+    def train_steps(n):
+        for _ in range(n):
             loss = torch.nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()
             opt.step()
 
-    return batch_size * steps / measure(train_steps, device, repeat=3, warmup=1).median
+    train_steps(WARMUP_STEPS)
+    return batch_size * steps / measure(lambda: train_steps(steps), device, repeat=repeat, warmup=0).median
 
 
 def speed_lines(accelerator, steps: int) -> list:
@@ -294,10 +302,10 @@ def speed_lines(accelerator, steps: int) -> list:
     return lines
 
 
-def run(steps: int = 5) -> None:
+def run(steps: int = 10) -> None:
     """Print the diagnosis: torch build, nvidia-smi, devices, measured speed, and what to do.
 
-    steps: training steps per timed measurement (3 measurements after a warm-up, on each device).
+    steps: training steps per timed measurement (the median of 5 after a warm-up, on each device).
     """
     build, smi = torch_build(), read_nvidia_smi()
     accelerator = best_accelerator()

@@ -54,11 +54,10 @@ def find_recording(notebook: str, key: str):
 
 def show_recorded(notebook: str, key: str, on_gpu: str = "") -> None:
     """Print what this cell printed on a real GPU, labelled as recorded; without a recording,
-    say so and what a GPU would show (``on_gpu``). Never passes a recording off as live."""
+    what a GPU would show (``on_gpu``). Never passes a recording off as live."""
     entry = find_recording(notebook, key)
     if entry is None:
-        shows = f" On a GPU this cell shows {on_gpu}" if on_gpu else ""
-        print(f"No GPU here, and no recording from a GPU yet.{shows}")
+        print(f"No GPU here. On a GPU this cell shows {on_gpu}" if on_gpu else "No GPU here.")
         return
     print(f"No GPU here. Recorded on {entry['device']}, torch {entry['torch']}, {entry['date']} (not a live run):")
     text = "".join(entry["outputs"])
