@@ -17,6 +17,7 @@ RECORDED = NOTEBOOKS / "recorded"
 TOOLS = ROOT / "tools"
 sys.path.insert(0, str(TOOLS))
 from record_outputs import RecordError, record  # noqa: E402
+from record_outputs import main as record_main  # noqa: E402
 
 
 def code_cells(path):
@@ -83,10 +84,14 @@ def fixture_notebook(tmp_path):
     return path
 
 
-def run_cells(notebook, out, live):
+def run_runner(notebook, out, live=True):
     env = {**os.environ, "FIXTURE_LIVE": "1" if live else ""}
-    done = subprocess.run([sys.executable, str(TOOLS / "run_notebook_cells.py"), str(notebook), str(out)],
+    return subprocess.run([sys.executable, str(TOOLS / "run_notebook_cells.py"), str(notebook), str(out)],
                           env=env, capture_output=True, text=True, timeout=120)
+
+
+def run_cells(notebook, out, live):
+    done = run_runner(notebook, out, live)
     assert done.returncode == 0, done.stdout + done.stderr
     return {c["id"]: c for c in json.loads(out.read_text())["cells"]}
 
@@ -156,3 +161,45 @@ def test_a_recording_is_found_next_to_the_notebook(tmp_path, monkeypatch, capsys
 def test_a_notebook_is_named_without_folder_or_suffix():
     with pytest.raises(ValueError, match="'03-to-device'"):
         find_recording("../03-to-device.ipynb", "k")
+
+
+@pytest.mark.slow
+def test_runner_names_failed_cells_and_runs_on(tmp_path):
+    cells = [cell("print('before')", "c1"), cell("raise ValueError('boom')", "c2"),
+             cell("import sys\nsys.exit(3)", "c3"), cell("print('after')", "c4")]
+    notebook = tmp_path / "99-failing.ipynb"
+    notebook.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    done = run_runner(notebook, tmp_path / "run.json")
+    assert done.returncode == 1
+    assert "99-failing.ipynb cell 1 (id c2): ValueError: boom" in done.stdout
+    assert "99-failing.ipynb cell 2 (id c3): SystemExit: 3" in done.stdout
+    assert "4 code cells on CPU (no GPU)" in done.stdout and "2 failed" in done.stdout
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert [c["outputs"] for c in run["cells"]] == [["before\n"], [], [], ["after\n"]]
+    assert all(c["seconds"] >= 0 for c in run["cells"]) and run["device"] == "CPU (no GPU)"
+
+
+def gpu_run(path, outputs, device="NVIDIA H200"):
+    """A run file as the runner writes it, of one cell that calls show_recorded."""
+    source = 'tudui.show_recorded("99-fixture", "k")'
+    run = {"notebook": "99-fixture", "device": device, "torch": "2.11.0", "date": "2026-05-01",
+           "cells": [{"index": 0, "id": "d1", "source": source, "source_sha": source_sha(source),
+                      "outputs": outputs, "error": None}]}
+    path.write_text(json.dumps(run))
+    return path
+
+
+def test_a_run_that_stopped_or_showed_no_live_output_is_not_recorded(tmp_path):
+    with pytest.raises(RecordError, match="stopped after 1 code cells"):
+        record(gpu_run(tmp_path / "stopped.json", ["x\n"], device=None), tmp_path)
+    placeholder = gpu_run(tmp_path / "placeholder.json", ["No GPU here. On a GPU this cell shows x\n"])
+    with pytest.raises(RecordError, match="cell 0 .id d1.: showed a recording or placeholder"):
+        record(placeholder, tmp_path)
+
+
+def test_one_run_that_cannot_be_recorded_does_not_stop_the_others(tmp_path, capsys):
+    bad, good = gpu_run(tmp_path / "a.json", ["x\n"], device=None), gpu_run(tmp_path / "b.json", ["live\n"])
+    assert record_main([str(bad), str(good), "--out", str(tmp_path / "recorded")]) == 2
+    assert json.loads((tmp_path / "recorded" / "99-fixture.json").read_text())["d1"]["outputs"] == ["live\n"]
+    out, err = capsys.readouterr()
+    assert err.startswith("record_outputs: error: ") and err.count("\n") == 1 and "b.json: recorded in" in out

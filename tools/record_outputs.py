@@ -5,6 +5,7 @@ Reads runs written by tools/run_notebook_cells.py. Every cell that calls
 ``OUT/NN-name.json`` under its cell id (see tudui/recorded.py for the format).
 
 Usage: python tools/record_outputs.py RUN.json [RUN.json ...] [--out notebooks/recorded] [--allow-cpu]
+Exit 2 if a run could not be recorded (each such run in one line on stderr; the others are recorded).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from tudui.recorded import calls_in
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "notebooks" / "recorded"
+NOT_LIVE = "No GPU here."  # how show_recorded's output starts
 
 
 class RecordError(Exception):
@@ -27,7 +29,7 @@ def entry(run: dict, cell: dict, key: str) -> dict:
             "device": run["device"], "torch": run["torch"], "date": run["date"]}
 
 
-def recordings(run: dict) -> dict:
+def recordings(run: dict, allow_cpu: bool = False) -> dict:
     """{cell id: entry} for the cells of one run that show a recording on machines without a GPU."""
     name, found = run["notebook"], {}
     for cell in run["cells"]:
@@ -41,6 +43,9 @@ def recordings(run: dict) -> dict:
             raise RecordError(f"{where}: needs exactly one show_recorded({name!r}, KEY, ...) call, found {calls}")
         if cell["error"]:
             raise RecordError(f"{where}: failed in this run ({cell['error']}); fix it and run again")
+        if not allow_cpu and "".join(cell["outputs"]).startswith(NOT_LIVE):
+            raise RecordError(f"{where}: showed a recording or placeholder, not its GPU branch; record a "
+                              "run on a machine where that branch runs")
         found[cell["id"]] = entry(run, cell, calls[0][1])
     return found
 
@@ -48,9 +53,11 @@ def recordings(run: dict) -> dict:
 def record(run_path: Path, out: Path, allow_cpu: bool = False):
     """Write the recordings of one run into ``out``; returns the file written (None: nothing to record)."""
     run = json.loads(run_path.read_text(encoding="utf-8"))
+    if run["device"] is None:
+        raise RecordError(f"{run_path}: the run stopped after {len(run['cells'])} code cells; nothing recorded")
     if run["device"].startswith("CPU") and not allow_cpu:
         raise RecordError(f"{run_path}: ran on {run['device']}; recordings must come from a GPU run")
-    found = recordings(run)
+    found = recordings(run, allow_cpu)
     if not found:
         return None
     out.mkdir(parents=True, exist_ok=True)
@@ -65,14 +72,16 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="default: notebooks/recorded")
     p.add_argument("--allow-cpu", action="store_true", help="record a CPU run (to test the recording itself)")
     args = p.parse_args(argv)
-    try:
-        for path in args.runs:
+    failed = 0
+    for path in args.runs:  # one run that cannot be recorded does not keep the others from being recorded
+        try:
             target = record(path, args.out, args.allow_cpu)
+        except (RecordError, OSError, KeyError, TypeError, ValueError) as exc:
+            print(f"record_outputs: error: {exc}", file=sys.stderr)
+            failed += 1
+        else:
             print(f"{path.name}: {f'recorded in {target}' if target else 'no cell calls show_recorded'}")
-    except (RecordError, OSError, KeyError, ValueError) as exc:
-        print(f"record_outputs: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return 2 if failed else 0
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 For machines with torch but no Jupyter (a bare GPU image). Handles what the lessons use:
 ``%pip``/``%matplotlib`` lines (skipped), ``!command`` lines (run in a shell, output kept),
 ``%%writefile``, and the display of a cell's last expression. Cells tagged ``raises-exception``
-must raise. Writes a JSON run (read by tools/record_outputs.py); exit 1 if a cell failed.
+must raise. Writes a JSON run (read by tools/record_outputs.py: each code cell's source, stdout,
+stderr, seconds and error); exit 1 if a cell failed, after printing where.
 
 Usage: python tools/run_notebook_cells.py NOTEBOOK.ipynb RUN.json [--workdir DIR]
 (the cells run in DIR, default the notebook's folder; ``import tudui`` must work there)
@@ -20,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import traceback
 import types
 from pathlib import Path
@@ -78,14 +80,15 @@ def run_code(code: str, namespace: dict, filename: str) -> None:
 
 
 def run_cell(cell: dict, index: int, namespace: dict) -> dict:
-    """Run one code cell; its stdout, stderr and error (``None`` when it worked as expected)."""
+    """Run one code cell; its stdout, stderr, seconds and error (``None`` when it worked as expected)."""
     source = "".join(cell["source"])
     expect_raise = "raises-exception" in cell.get("metadata", {}).get("tags", [])
     out, err, error = io.StringIO(), io.StringIO(), None
+    start = time.perf_counter()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             run_code(to_python(source), namespace, f"<cell {index}>")
-    except Exception as exc:  # noqa: BLE001 - any error is reported, with its cell
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any error is reported, with its cell
         first = str(exc).splitlines()[0] if str(exc) else ""
         error = None if expect_raise else f"{type(exc).__name__}: {first}"
         err.write(traceback.format_exc())
@@ -93,26 +96,33 @@ def run_cell(cell: dict, index: int, namespace: dict) -> dict:
         if expect_raise:
             error = "tagged raises-exception, but raised nothing"
     return {"index": index, "id": cell.get("id"), "source": source, "source_sha": source_sha(source),
-            "outputs": [out.getvalue()] if out.getvalue() else [], "stderr": err.getvalue(), "error": error}
+            "outputs": [out.getvalue()] if out.getvalue() else [], "stderr": err.getvalue(), "error": error,
+            "seconds": round(time.perf_counter() - start, 3)}
 
 
 def device_name() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU (no GPU)"
 
 
-def run_notebook(path: Path) -> dict:
-    """Run every code cell of ``path`` in the current directory, in one fresh ``__main__`` namespace."""
+def run_notebook(path: Path, save) -> dict:
+    """Run every code cell of ``path`` in the current directory, in one fresh ``__main__`` namespace;
+    ``save(run)`` after each cell, so a run stopped by a time limit still shows how far it got."""
     notebook = json.loads(path.read_text(encoding="utf-8"))
+    run = {"notebook": path.stem, "device": None, "torch": torch.__version__,
+           "date": datetime.date.today().isoformat(), "cells": []}
     main = types.ModuleType("__main__")  # pickle finds the notebook's classes as __main__.X, as in Jupyter
     main.__dict__.update(_shell=shell, _write_file=write_file, __builtins__=__builtins__)
     real_main, sys.modules["__main__"] = sys.modules["__main__"], main
     try:
-        cells = [run_cell(cell, i, main.__dict__) for i, cell in enumerate(notebook["cells"])
-                 if cell["cell_type"] == "code"]
+        for index, cell in enumerate(notebook["cells"]):
+            if cell["cell_type"] == "code":
+                run["cells"].append(run_cell(cell, index, main.__dict__))
+                save(run)
     finally:
         sys.modules["__main__"] = real_main
-    return {"notebook": path.stem, "device": device_name(), "torch": torch.__version__,
-            "date": datetime.date.today().isoformat(), "cells": cells}
+    run["device"] = device_name()  # asked last: asking starts CUDA, which the lesson should do itself
+    save(run)
+    return run
 
 
 def main(argv=None) -> int:
@@ -123,12 +133,14 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     notebook, out = args.notebook.resolve(), args.run_json.resolve()
     os.chdir(args.workdir or notebook.parent)
-    run = run_notebook(notebook)
-    out.write_text(json.dumps(run, indent=1, ensure_ascii=False), encoding="utf-8")
+    run = run_notebook(notebook, lambda run: out.write_text(json.dumps(run, indent=1, ensure_ascii=False),
+                                                             encoding="utf-8"))
     failed = [c for c in run["cells"] if c["error"]]
-    for cell in failed:
-        print(f"{notebook.name} cell {cell['index']} (id {cell['id']}): {cell['error']}", file=sys.stderr)
-    print(f"{notebook.name}: {len(run['cells'])} code cells on {run['device']}, {len(failed)} failed")
+    for cell in failed:  # what went wrong, where: the end of each failed cell's traceback
+        print(f"{notebook.name} cell {cell['index']} (id {cell['id']}): {cell['error']}")
+        print("".join("    " + line for line in cell["stderr"].splitlines(keepends=True)[-12:]), end="")
+    seconds = sum(c["seconds"] for c in run["cells"])
+    print(f"{notebook.name}: {len(run['cells'])} code cells on {run['device']} in {seconds:.0f} s, {len(failed)} failed")
     return 1 if failed else 0
 
 
