@@ -181,6 +181,8 @@ def report(results: dict) -> str:
         share = f"{100 * r['fraction_of_matmul']:.2f}% {r['dtype']}"
         lines.append(f"{r['path']:<{width}}  {r['batch']:>5}  {r['images_per_s']:>10,.0f}  {share:>18}")
     lines.append("")
+    lines.append("ratios: the median of round-by-round ratios (each round ran both paths back to back), so they can")
+    lines.append("differ from the ratio of two medians above when the machine is busy")
     label_width = max(len(r["label"]) for r in results["ratios"])
     for r in results["ratios"]:
         target = f"  (target >= {r['target']:.2f})" if r["target"] else ""
