@@ -237,3 +237,11 @@ def test_describe_devices_names_cuda_visible_devices_only_when_it_matters(machin
     if visible is not None:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert ("CUDA_VISIBLE_DEVICES" in describe_devices()) == mentioned
+
+
+def test_describe_devices_shows_cudnn_as_a_dotted_version(monkeypatch):
+    """torch reports cuDNN 9.1.0 as the number 90100: learners read the dotted form."""
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 90100)
+    assert "cuDNN: 9.1.0" in describe_devices().splitlines()

@@ -108,8 +108,8 @@ def describe_devices() -> str:
              f"Python {platform.python_version()} on {platform.system()} {platform.machine()}",
              f"CPU: {os.cpu_count()} logical cores, torch uses {torch.get_num_threads()} threads"]
     if torch.version.cuda is not None:
-        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-        lines.append(f"cuDNN: {cudnn or 'not available'}")
+        v = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None  # 92400 is 9.24.0
+        lines.append(f"cuDNN: {f'{v // 10000}.{v % 10000 // 100}.{v % 100}' if v else 'not available'}")
     if _visible_note():
         lines.append(f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}")
     if torch.cuda.is_available():
