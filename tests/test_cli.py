@@ -11,7 +11,8 @@ from PIL import Image
 from torchvision.transforms import ToTensor
 
 from tudui import CLASSES, cifar10, load_model, read_checkpoint
-from tudui import cli, doctor
+from tudui import cli
+from tudui.cli import doctor
 from tudui.cli import main
 
 PREDICTION = re.compile(r"^(?P<path>.+): (?P<label>" + "|".join(CLASSES) + r") \((?P<pct>\d+\.\d)%\)$")

@@ -9,8 +9,8 @@ import subprocess
 import pytest
 import torch
 
-from tudui import doctor
-from tudui.doctor import NvidiaSmi, TorchBuild
+from tudui.cli import doctor
+from tudui.cli.doctor import NvidiaSmi, TorchBuild
 
 WINDOWS_566_HEADER = """\
 Tue Dec 10 21:04:11 2024

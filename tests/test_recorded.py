@@ -9,14 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from tudui.recorded import calls_in, find_recording, show_recorded, source_sha
+import tudui.recorded
+from tudui.recorded import find_recording, show_recorded
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
-RECORDED = NOTEBOOKS / "recorded"
+RECORDED = ROOT / "tudui" / "recordings"
 TOOLS = ROOT / "tools"
 sys.path.insert(0, str(TOOLS))
 from record_outputs import RecordError, record  # noqa: E402
+from recordings import calls_in, source_sha  # noqa: E402
 from record_outputs import main as record_main  # noqa: E402
 
 
@@ -111,7 +113,12 @@ def test_run_record_and_show_end_to_end(fixture_notebook, tmp_path):
     assert list(saved) == ["a5"] and saved["a5"]["key"] == "speed"
     assert not stale(fixture_notebook, tmp_path / "recorded" / "99-fixture.json")
 
-    shown = run_cells(fixture_notebook, tmp_path / "shown.json", live=False)["a5"]["outputs"][0]
+    installed = RECORDED / "99-fixture.json"  # where the package reads it, in the runner's process too
+    installed.write_bytes((tmp_path / "recorded" / "99-fixture.json").read_bytes())
+    try:
+        shown = run_cells(fixture_notebook, tmp_path / "shown.json", live=False)["a5"]["outputs"][0]
+    finally:
+        installed.unlink()
     label, body = shown.splitlines()
     assert label.startswith(f"No GPU here. Recorded on {saved['a5']['device']}, torch ") and "not a live run" in label
     assert body == "    live: 42 images/s"
@@ -146,16 +153,25 @@ def test_without_a_recording_a_placeholder_says_so(tmp_path, monkeypatch, capsys
     assert capsys.readouterr().out == "No GPU here. On a GPU this cell shows a speed in images/s.\n"
 
 
-def test_a_recording_is_found_next_to_the_notebook(tmp_path, monkeypatch, capsys):
-    (tmp_path / "recorded").mkdir()
+def test_a_recording_is_read_from_the_package(tmp_path, monkeypatch, capsys):
+    (tmp_path / "recordings").mkdir()
     entry = {"key": "k", "source_sha": "0", "outputs": ["line 1\n", "line 2\n"], "device": "NVIDIA H200",
              "torch": "2.11.0+cu130", "date": "2026-05-01"}
-    (tmp_path / "recorded" / "99-fixture.json").write_text(json.dumps({"c1": entry}))
-    monkeypatch.chdir(tmp_path)
+    (tmp_path / "recordings" / "99-fixture.json").write_text(json.dumps({"c1": entry}))
+    monkeypatch.setattr(tudui.recorded.resources, "files", lambda package: tmp_path)  # tmp_path as the package
     show_recorded("99-fixture", "k")
     assert capsys.readouterr().out == ("No GPU here. Recorded on NVIDIA H200, torch 2.11.0+cu130, 2026-05-01 "
                                        "(not a live run):\n    line 1\n    line 2\n")
     assert find_recording("99-fixture", "other") is None
+
+
+def test_recordings_ship_inside_the_package():
+    """A pip install has no notebooks/ folder: the recordings are package data, found from any folder."""
+    import tomllib
+    folder = tudui.recorded.resources.files("tudui") / "recordings"
+    assert folder.is_dir() and Path(str(folder)) == RECORDED
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "recordings/*.json" in project["tool"]["setuptools"]["package-data"]["tudui"]
 
 
 def test_a_notebook_is_named_without_folder_or_suffix():

@@ -9,7 +9,7 @@
 #
 # Writes 4 files into OUT_DIR: gpu_check.log, throughput-<device>.json (benchmarks/throughput.py, full
 # sizes on a GPU), notebook-runs.tgz (every cell's output and each notebook's stderr), recorded.tgz
-# (the recordings: `tar xzf OUT_DIR/recorded.tgz -C notebooks`, then commit notebooks/recorded/).
+# (the recordings: `tar xzf OUT_DIR/recorded.tgz -C tudui`, then commit tudui/recordings/).
 # Exit status 1 if any step failed (the log's last lines say which), 2 if there is no GPU.
 #
 # The correctness checks (tests marked gpu, tools/gpu_checks.py, the notebooks whose recorded cells time
@@ -76,7 +76,7 @@ header() {  # what runs where; fails when a GPU run finds no GPU
 
 main() {
   header || return 2
-  mkdir -p "$WORK/runs" "$WORK/recorded"
+  mkdir -p "$WORK/runs" "$WORK/recordings"
   export -f limit step run_notebook
 
   local untimed=() name jobs=4
@@ -97,9 +97,9 @@ main() {
   run_notebooks 1 $TIMED
 
   local allow=(); [ "$DEVICE" = cpu ] && allow=(--allow-cpu)   # a dry run records the CPU, to test the recording
-  step "record outputs" 30 "$PY" tools/record_outputs.py "$WORK"/runs/*.json --out "$WORK/recorded" "${allow[@]}"
+  step "record outputs" 30 "$PY" tools/record_outputs.py "$WORK"/runs/*.json --out "$WORK/recordings" "${allow[@]}"
   tar czf "$OUT/notebook-runs.tgz" -C "$WORK" runs
-  tar czf "$OUT/recorded.tgz" -C "$WORK" recorded
+  tar czf "$OUT/recorded.tgz" -C "$WORK" recordings
   echo "=== done in $SECONDS s; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
   if [ -s "$WORK/failed" ]; then sed 's/^/FAILED: /' "$WORK/failed"; return 1; fi
   echo "all steps passed"

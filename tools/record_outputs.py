@@ -2,9 +2,9 @@
 
 Reads runs written by tools/run_notebook_cells.py. Every cell that calls
 ``tudui.show_recorded("NN-name", "key", ...)`` gets its run's output recorded in
-``OUT/NN-name.json`` under its cell id (see tudui/recorded.py for the format).
+``OUT/NN-name.json`` under its cell id (the format: tudui/recordings/README.md).
 
-Usage: python tools/record_outputs.py RUN.json [RUN.json ...] [--out notebooks/recorded] [--allow-cpu]
+Usage: python tools/record_outputs.py RUN.json [RUN.json ...] [--out tudui/recordings] [--allow-cpu]
 Exit 2 if a run could not be recorded (each such run in one line on stderr; the others are recorded).
 """
 from __future__ import annotations
@@ -14,9 +14,9 @@ import json
 import sys
 from pathlib import Path
 
-from tudui.recorded import calls_in
+from recordings import FOLDER, calls_in
 
-DEFAULT_OUT = Path(__file__).resolve().parent.parent / "notebooks" / "recorded"
+DEFAULT_OUT = FOLDER
 NOT_LIVE = "No GPU here."  # how show_recorded's output starts
 
 
@@ -69,7 +69,7 @@ def record(run_path: Path, out: Path, allow_cpu: bool = False):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", nargs="+", type=Path)
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="default: notebooks/recorded")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="default: tudui/recordings")
     p.add_argument("--allow-cpu", action="store_true", help="record a CPU run (to test the recording itself)")
     args = p.parse_args(argv)
     failed = 0

@@ -32,7 +32,7 @@ matplotlib.use("Agg")
 
 import torch  # noqa: E402
 
-from tudui.recorded import source_sha  # noqa: E402
+from recordings import source_sha  # noqa: E402
 
 MAGIC = re.compile(r"^(\s*)([!%])(.*)$")
 

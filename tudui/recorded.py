@@ -7,49 +7,24 @@ A notebook cell that needs a GPU ends in one call in its ``else:`` branch::
     else:
         tudui.show_recorded("03-to-device", "assignment", "'cpu' without the assignment, 'cuda:0' with it")
 
-Recordings are made by running the notebooks on a GPU (``tools/gpu_check.sh``); they
-live in ``notebooks/recorded/NN-name.json``, one entry per cell id::
-
-    {cell_id: {"key": ..., "source_sha": ..., "outputs": [text, ...], "device": ..., "torch": ..., "date": ...}}
+The recordings ship inside the package (``tudui/recordings/NN-name.json``, one entry per cell id),
+so a ``pip install`` of tudui shows them too; see the README in that folder for how they are made.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import re
-from pathlib import Path
-
-# show_recorded("03-to-device", "assignment", ...): the notebook and key a cell names
-CALL = re.compile(r"""show_recorded\(\s*(['"])([^'"]+)\1\s*,\s*(['"])([^'"]+)\3""")
-
-
-def source_sha(source: str) -> str:
-    """The hash a recording keeps of its cell's source (stale when the source changes)."""
-    return hashlib.sha256(source.encode("utf-8")).hexdigest()[:16]
-
-
-def calls_in(source: str) -> list:
-    """The (notebook, key) pairs of the show_recorded calls in a cell's source."""
-    return [(m.group(2), m.group(4)) for m in CALL.finditer(source)]
-
-
-def _folders():
-    """Where recordings are looked for: next to the running notebook, then in this repository's checkout."""
-    here = Path.cwd()
-    return [here / "recorded", here / "notebooks" / "recorded",
-            Path(__file__).resolve().parent.parent / "notebooks" / "recorded"]
+from importlib import resources
 
 
 def find_recording(notebook: str, key: str):
     """The recorded entry of ``key`` in ``notebook`` (a dict), or None when there is none."""
-    if Path(notebook).name != notebook or notebook.endswith(".ipynb"):
+    if "/" in notebook or "\\" in notebook or notebook.endswith(".ipynb"):
         raise ValueError(f"notebook must be a name such as '03-to-device', not {notebook!r}")
-    for folder in _folders():
-        path = folder / f"{notebook}.json"
-        if path.is_file():
-            entries = json.loads(path.read_text(encoding="utf-8")).values()
-            return next((entry for entry in entries if entry.get("key") == key), None)
-    return None
+    path = resources.files("tudui") / "recordings" / f"{notebook}.json"
+    if not path.is_file():
+        return None
+    entries = json.loads(path.read_text(encoding="utf-8")).values()
+    return next((entry for entry in entries if entry.get("key") == key), None)
 
 
 def show_recorded(notebook: str, key: str, on_gpu: str = "") -> None:

@@ -11,8 +11,8 @@ import traceback
 
 import torch
 
-from . import checkpoint, data, device, distributed, loops, resident
-from .model import Tudui
+from .. import checkpoint, data, device, distributed, loops, resident
+from ..model import Tudui
 
 EXIT_USAGE, EXIT_BUG, EXIT_INTERRUPTED = 2, 1, 130
 ISSUES = "https://github.com/tudui-lab/pytorch-cpu-gpu/issues"
@@ -77,7 +77,7 @@ def build_parser():
     return p
 
 
-def doctor(args):
+def diagnose(args):
     from . import doctor as diagnosis
     diagnosis.run()
 
@@ -208,7 +208,7 @@ def main(argv=None) -> int:
     """Run one command; every failure ends in one line on stderr and an exit code (2 usage, 1 bug, 130 Ctrl-C)."""
     try:
         args = build_parser().parse_args(argv)
-        {"doctor": doctor, "train": train, "predict": predict}[args.command](args)
+        {"doctor": diagnose, "train": train, "predict": predict}[args.command](args)
     except KNOWN_ERRORS as exc:
         print(f"tudui: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE

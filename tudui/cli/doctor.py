@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .device import best_accelerator
-from .model import Tudui
-from .timing import measure
+from ..device import best_accelerator
+from ..model import Tudui
+from ..timing import measure
 
 WHEELS = "https://download.pytorch.org/whl/"
 DRIVER_PAGE = "https://www.nvidia.com/Download/index.aspx"
