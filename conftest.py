@@ -6,11 +6,8 @@ compare are the stored CPU ones on every machine; the unit tests in this
 process still see the GPU, if there is one.
 """
 import os
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
-from execute_notebooks import TEST_ENV, kernel_env  # noqa: E402  (one test configuration for both)
+from execute_notebooks import TEST_ENV, kernel_env  # tools/, on pytest's pythonpath: one test configuration
 
 os.environ.update(TEST_ENV)  # the unit tests and anything they start
 

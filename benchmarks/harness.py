@@ -7,13 +7,11 @@ and differ only in the option under test.
 """
 from __future__ import annotations
 
-import statistics
 from contextlib import nullcontext
 
 import torch
 
 import tudui
-from tudui.timing import Stopwatch, Timing
 
 
 def autocast_dtype(device) -> torch.dtype:
@@ -120,36 +118,3 @@ def tudui_run(loader, device, seed=0):
         tudui.train_one_epoch(model, loader, loss_fn, optimizer, device, progress=False)
     run.loop, run.model, run.dtype = tudui.train_one_epoch, model, "float32"
     return run
-
-
-def interleaved(runs: dict, device="cpu", repeat=5, warmup=1) -> dict:
-    """Time each ``runs[name]()`` ``repeat`` times, taking turns; returns ``{name: tudui.Timing}``.
-
-    After ``warmup`` untimed rounds, each round runs every one once, the order reversed every
-    other round (A B, B A, A B, ...): slow drift of the machine (clock speed, heat, other
-    programs) then falls on all of them alike. torch.utils.benchmark.Timer times one statement
-    at a time and cannot take turns like this, hence this loop.
-    """
-    names = list(runs)
-    for _ in range(warmup):
-        for name in names:
-            runs[name]()
-    timings = {name: Timing() for name in names}
-    for r in range(repeat):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            with Stopwatch(device) as sw:
-                runs[name]()
-            timings[name].times.append(sw.seconds)
-    return timings
-
-
-def speed_ratio(fast, slow) -> float:
-    """How many times as fast ``fast`` is as ``slow``: the median of round-by-round ratios.
-
-    Both must come from the same :func:`interleaved` call, so that round i of one ran next to
-    round i of the other.
-    """
-    if len(fast.times) != len(slow.times):
-        raise ValueError(f"speed_ratio pairs rounds: got {len(fast.times)} and {len(slow.times)} times; "
-                         "time both in one interleaved() call")
-    return statistics.median(s / f for f, s in zip(fast.times, slow.times))

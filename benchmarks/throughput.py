@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import torch
 import harness
 import limits
 import tudui
+from tudui.timing import interleaved, speed_ratio
 
 HERE = Path(__file__).resolve().parent
 EXIT_USAGE = 2
@@ -102,14 +104,14 @@ def option_runs(dataset, batch, device, amp_dtype) -> dict:
 def add_rows(results, runs, timings, images, batch):
     """One table row per run: images/s, and the arithmetic it achieves as a share of the matmul limit."""
     for name, t in timings.items():
-        ips, dtype = images / t.median, runs[name].dtype
+        ips, dtype = images / statistics.median(t), runs[name].dtype
         results["rows"].append({"path": name, "batch": batch, "images_per_s": ips, "dtype": dtype,
                                 "fraction_of_matmul": ips * results["train_flops_per_image"]
                                 / results["matmul_flops_per_s"][dtype]})
 
 
 def add_ratio(results, label, timings, fast, slow, target=None):
-    value = harness.speed_ratio(timings[fast], timings[slow])
+    value = speed_ratio(timings[fast], timings[slow])
     results["ratios"].append({"label": label, "value": value, "target": target})
 
 
@@ -140,7 +142,7 @@ def run(device: torch.device, quick: bool, data_source=None, root="data") -> dic
 
     batches = list(tudui.ResidentLoader(loop_set, 64, device, shuffle=False))
     runs = loop_runs(batches, device)
-    timings = harness.interleaved(runs, device, size["loop_repeat"])
+    timings = interleaved(runs, device, size["loop_repeat"])
     add_rows(results, runs, timings, len(loop_set), 64)
     add_ratio(results, "tudui.train_one_epoch / minimal loop", timings, "tudui.train_one_epoch (same batches)",
               "minimal loop (pre-built batches)", LOOP_TARGET)
@@ -148,7 +150,7 @@ def run(device: torch.device, quick: bool, data_source=None, root="data") -> dic
     for batch in ((64, 512) if accelerator else (64,)):
         options = option_runs(train_set, batch, device, amp) if accelerator else {}
         runs = {**loader_runs(train_set, batch, device), **options}
-        timings = harness.interleaved(runs, device, size["repeat"])
+        timings = interleaved(runs, device, size["repeat"])
         add_rows(results, runs, timings, len(train_set), batch)
         add_ratio(results, f"ResidentLoader / DataLoader (batch {batch})", timings, "ResidentLoader",
                   "DataLoader (PIL + ToTensor)")

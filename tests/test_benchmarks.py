@@ -10,10 +10,9 @@ import torch
 import tudui
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))  # throughput.py imports its modules as a script does
-import harness  # noqa: E402
-import limits  # noqa: E402
-import throughput  # noqa: E402
+import harness  # benchmarks/, on pytest's pythonpath, as throughput.py imports them
+import limits
+import throughput
 
 TINY = dict(loop_images=32, loop_repeat=2, images=32, repeat=2, matmul=64, matmul_s=0.01)
 
@@ -84,18 +83,6 @@ def test_loader_runs_share_the_lessons_loop(tiny_set):
     runs = throughput.loader_runs(tiny_set, 8, "cpu")
     assert list(runs) == ["DataLoader (PIL + ToTensor)", "ResidentLoader"]
     assert {run.loop for run in runs.values()} == {tudui.train_one_epoch}
-
-
-def test_interleaved_takes_turns_and_speed_ratio_pairs_rounds():
-    calls = []
-    timings = harness.interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
-                                  repeat=4, warmup=1)
-    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b", "b", "a"]
-    assert [len(t.times) for t in timings.values()] == [4, 4]
-    fast, slow = tudui.timing.Timing([1.0, 2.0, 1.0]), tudui.timing.Timing([2.0, 3.0, 4.0])
-    assert harness.speed_ratio(fast, slow) == 2.0  # median of 2, 1.5, 4 (the medians alone give 1.5)
-    with pytest.raises(ValueError, match="one interleaved"):
-        harness.speed_ratio(fast, tudui.timing.Timing([1.0]))
 
 
 # --- autocast dtype and GradScaler ------------------------------------------------------------------

@@ -116,7 +116,7 @@ def test_predict_with_corrupt_checkpoint(capsys, tmp_path, trained):
     Image.new("RGB", (32, 32)).save(tmp_path / "x.png")
     line = assert_one_line_error(*run(capsys, "predict", "--checkpoint", str(tmp_path / "cut.pth"),
                                       str(tmp_path / "x.png")))
-    assert "truncated or corrupt" in line
+    assert "not a readable PyTorch checkpoint" in line
 
 
 def test_predict_with_unreadable_image(capsys, tmp_path, trained):
@@ -186,7 +186,7 @@ def test_ctrl_c_exits_130_in_one_line(capsys, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli.loops, "fit", interrupted)
+    monkeypatch.setattr(cli.training.loops, "fit", interrupted)
     code, out, err = run(capsys, "train", "--data", "synthetic", "--limit", "8", "--device", "cpu", "--epochs", "1")
     assert code == 130
     assert err.splitlines() == ["tudui: interrupted (the last saved checkpoint is intact)"]

@@ -329,14 +329,20 @@ def test_loaders_draw_nothing_from_the_global_rng(two_sets):
     assert [t.tolist() for _, t in train] != first
 
 
-def test_a_loop_without_set_epoch_still_reshuffles_every_epoch(two_sets):
-    """The course's own loop never calls set_epoch: each pass is the next epoch's order."""
+def test_the_order_of_an_epoch_is_set_by_set_epoch_alone(two_sets):
+    """A loop of one's own calls set_epoch(epoch), as fit and torch's DistributedSampler docs do: without it
+    every pass repeats the order; with it, epoch k has the same order in any run (how a resume catches up)."""
     train, _ = loaders(*two_sets, batch_size=8, num_workers=0, seed=1)
-    passes = [[t.tolist() for _, t in train] for _ in range(3)]
-    assert passes[0] != passes[1] != passes[2]
+    passes = [[t.tolist() for _, t in train] for _ in range(2)]
+    assert passes[0] == passes[1]
+    orders = []
+    for epoch in (1, 2):
+        train.sampler.set_epoch(epoch)
+        orders.append([t.tolist() for _, t in train])
+    assert orders[0] != orders[1]
     again, _ = loaders(*two_sets, batch_size=8, num_workers=0, seed=1)
-    again.sampler.set_epoch(1)  # set_epoch(k) replays pass k exactly: how a resumed run catches up
-    assert [t.tolist() for _, t in again] == passes[1]
+    again.sampler.set_epoch(2)
+    assert [t.tolist() for _, t in again] == orders[1]
 
 
 def test_distributed_loaders_read_this_process_share(two_sets, monkeypatch):

@@ -13,6 +13,7 @@ import time
 import zlib
 from unittest import mock
 
+import filelock
 import numpy as np
 import pytest
 import torch
@@ -20,18 +21,28 @@ from PIL import Image
 from torch import nn
 
 from tudui import CheckpointError, DeviceError, Tudui, load_model, pick_device, read_checkpoint, save_checkpoint
+from tudui.checkpoint import temp_prefix
 from tudui.cli import main
 
 TRAIN = ["train", "--device", "cpu", "--limit", "32", "--batch-size", "16", "--no-progress"]
 SUBPROCESS_TIMEOUT = 120
 
 
+def lock_is_free(path):
+    lock = filelock.FileLock(path, timeout=0)
+    with lock:
+        return True
+
+
 def snapshot(folder):
-    """Every file under ``folder`` with its bytes (links as their target), to prove nothing changed."""
+    """Every file under ``folder`` with its bytes (links as their target), to prove nothing changed.
+    Empty lock files are left out: a lock file stays beside its checkpoint (the lock is held on it)."""
     files = {}
     for root, _, names in os.walk(folder):
         for name in names:
             path = os.path.join(root, name)
+            if name.endswith(".lock") and not os.path.islink(path) and os.path.getsize(path) == 0:
+                continue
             files[path] = os.readlink(path) if os.path.islink(path) else open(path, "rb").read()
     return files
 
@@ -114,9 +125,9 @@ def test_api_refuses_devices_naming_the_choices(here, want):
 # --- where the checkpoint goes ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("target, says", [
-    ("", "names no file"), (".", "directory"), ("/", "names no file"), ("sub", "directory"), ("newfolder/", "names no file"),
+    ("", "names no file"), (".", "a folder"), ("/", "names no file"), ("sub", "a folder"), ("newfolder/", "names no file"),
     ("missing/ck.pth", "does not exist"), ("x" * 300 + ".pth", "too long"), ("/dev/null", "not a regular file"),
-    ("link-to-null.pth", "not a regular file"), ("link-to-dir.pth", "directory"), ("nul\x00.pth", "not usable"),
+    ("link-to-null.pth", "not a regular file"), ("link-to-dir.pth", "a folder"), ("nul\x00.pth", "not usable"),
     ("ck.pth", "--force"),
 ])
 def test_checkpoint_paths_are_checked_before_training(capsys, here, target, says):
@@ -130,7 +141,8 @@ def test_checkpoint_paths_are_checked_before_training(capsys, here, target, says
     assert snapshot(here) == before
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+@pytest.mark.skipif(sys.platform == "win32" or os.geteuid() == 0,
+                    reason="root writes into read-only folders; Windows has no mode 0o555 folders")
 def test_read_only_folder(capsys, here):
     (here / "ro").mkdir(mode=0o555)
     assert "cannot write" in fails_in_one_line(capsys, TRAIN + ["--checkpoint", "ro/ck.pth"])
@@ -145,22 +157,38 @@ def test_save_checkpoint_refuses_what_is_not_a_regular_file(here, target):
     assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
 
 
+HOLD_LOCK = ("import sys, filelock; lock = filelock.FileLock(sys.argv[1]); lock.acquire(); print('held', flush=True); "
+             "sys.stdin.read()")
+
+
+def holding_the_lock(path):
+    """Another process that holds ``path`` as a training does (until it ends)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(path)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "held\n"
+    return proc
+
+
 def test_a_running_training_holds_the_path(capsys, here):
-    (here / "ck.pth.lock").write_text(str(os.getpid()))  # a live process
-    before = snapshot(here)
-    line = fails_in_one_line(capsys, TRAIN + ["--epochs", "2", "--resume", "--checkpoint", "ck.pth"])
-    assert "another training" in line and "ck.pth.lock" in line
-    assert snapshot(here) == before
+    with holding_the_lock(here / "ck.pth.lock") as other:
+        before = snapshot(here)
+        line = fails_in_one_line(capsys, TRAIN + ["--epochs", "2", "--resume", "--checkpoint", "ck.pth"])
+        assert "another training" in line and "ck.pth.lock" in line
+        assert snapshot(here) == before
+        other.kill()
 
 
 def test_a_killed_trainings_lock_and_temp_files_are_cleaned_up(capsys, here):
-    dead = subprocess.Popen(["true"])
-    dead.wait(timeout=SUBPROCESS_TIMEOUT)
-    (here / "ck.pth.lock").write_text(str(dead.pid))
-    (here / ".tmp-ck.pth-k1ll3d.pth").write_bytes(b"half a save")
-    (here / ".tmp-other.pth-k1ll3d.pth").write_bytes(b"not ours")
+    other = holding_the_lock(here / "ck.pth.lock")
+    other.kill()  # SIGKILL: the system releases its lock
+    other.wait(timeout=SUBPROCESS_TIMEOUT)
+    ours = temp_prefix(here / "ck.pth") + "k1ll3d.tmp"
+    (here / ours).write_bytes(b"half a save")
+    (here / ".tmp-ck.pth-notes.pth").write_bytes(b"a file of the user's own")
+    (here / (temp_prefix(here / "other.pth") + "k1ll3d.tmp")).write_bytes(b"another checkpoint's")
     assert main(TRAIN + ["--epochs", "2", "--resume", "--checkpoint", "ck.pth"]) == 0
-    assert sorted(os.listdir(here)) == [".tmp-other.pth-k1ll3d.pth", "ck.pth", "x.png"]
+    assert ours not in os.listdir(here) and ".tmp-ck.pth-notes.pth" in os.listdir(here)
+    assert len(os.listdir(here)) == 5  # ck.pth, its lock, x.png, and the two files that are not ours
     assert read_checkpoint("ck.pth")["epoch"] == 2
 
 
@@ -345,7 +373,7 @@ def test_foreign_objects(capsys, here, obj):
 
 def test_a_directory_as_checkpoint(capsys, here):
     (here / "dir.pth").mkdir()
-    assert "is a directory" in fails_in_one_line(capsys, ["predict", "--checkpoint", "dir.pth", "x.png"])
+    assert "is a folder" in fails_in_one_line(capsys, ["predict", "--checkpoint", "dir.pth", "x.png"])
 
 
 def test_many_class_names_are_read_in_one_pass(capsys, here):
@@ -428,7 +456,7 @@ def test_truncated_png_keeps_its_reason(capsys, here):
 
 
 def test_16_bit_grey_is_scaled_not_saturated(here):
-    from tudui.cli import _open_image
+    from tudui.cli.prediction import open_image as _open_image
     grey = np.full((8, 8), 32768, dtype=np.uint16)  # mid-grey in 16 bits
     Image.fromarray(grey).save(here / "grey16.png")
     assert Image.open(here / "grey16.png").mode.startswith("I")
@@ -471,7 +499,7 @@ def test_ctrl_c_is_one_line_and_exit_130(here, moment):
     _, err = proc.communicate(timeout=SUBPROCESS_TIMEOUT)
     assert proc.returncode == 130, err
     assert len(err.splitlines()) == 1 and err.startswith("tudui: interrupted"), err
-    assert not os.path.exists(here / "ck.pth.lock")
+    assert lock_is_free(here / "ck.pth.lock")
 
 
 def test_resume_after_sigkill_equals_a_straight_run(here, same_state):
@@ -483,11 +511,11 @@ def test_resume_after_sigkill_equals_a_straight_run(here, same_state):
     deadline = time.monotonic() + SUBPROCESS_TIMEOUT
     while not os.path.exists(here / "killed.pth") and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
+    proc.kill()  # SIGKILL: no chance to clean up
     proc.wait(timeout=SUBPROCESS_TIMEOUT)
     killed_at = read_checkpoint(here / "killed.pth")["epoch"]
     assert main(args + ["--checkpoint", "killed.pth", "--resume"]) == 0
     assert main(args + ["--checkpoint", "straight.pth"]) == 0
     assert 1 <= killed_at < 6, "the kill came too late to test a resume"
     assert same_state(read_checkpoint("killed.pth")["model"], read_checkpoint("straight.pth")["model"])
-    assert not [f for f in os.listdir(here) if f.startswith(".tmp-") or f.endswith(".lock")]
+    assert not [f for f in os.listdir(here) if f.endswith(".tmp")] and lock_is_free(here / "killed.pth.lock")

@@ -24,8 +24,7 @@ TOOLS = ROOT / "tools"
 PATHS = sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
 NAMES = [p.name for p in PATHS]
 
-sys.path.insert(0, str(TOOLS))
-from stamp_notebooks import SETUP_MARK, binder_url, colab_url  # noqa: E402
+from stamp_notebooks import SETUP_MARK, binder_url, colab_url
 
 README = "../README.md"
 IGNORE_MARKERS = {"NBVAL_IGNORE_OUTPUT", "PYTEST_VALIDATE_IGNORE_OUTPUT", "NBVAL_SKIP"}

@@ -16,7 +16,6 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 RECORDED = ROOT / "tudui" / "recordings"
 TOOLS = ROOT / "tools"
-sys.path.insert(0, str(TOOLS))
 from record_outputs import RecordError, record  # noqa: E402
 from recordings import calls_in, source_sha  # noqa: E402
 from record_outputs import main as record_main  # noqa: E402

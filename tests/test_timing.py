@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tudui import timing
-from tudui.timing import Stopwatch, Timing, measure
+from tudui.timing import Stopwatch, Timing, interleaved, measure, speed_ratio
 
 
 def test_measure_runs_warmup_untimed_then_times_each_repeat():
@@ -69,3 +69,14 @@ def test_timing_on_gpu_waits_for_the_kernels():
     assert sw.seconds >= 0.9 * gpu_seconds > 0
     t = measure(lambda: [x @ x for _ in range(20)], "cuda", repeat=3, warmup=1)
     assert t.median >= 0.5 * gpu_seconds
+
+
+def test_interleaved_takes_turns_and_speed_ratio_pairs_rounds():
+    calls = []
+    seconds = interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, "cpu",
+                          rounds=4, warmup=1)
+    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b", "b", "a"]
+    assert [len(times) for times in seconds.values()] == [4, 4]
+    assert speed_ratio([1.0, 2.0, 1.0], [2.0, 3.0, 4.0]) == 2.0  # median of 2, 1.5, 4 (the medians give 1.5)
+    with pytest.raises(ValueError, match="one interleaved"):
+        speed_ratio([1.0, 2.0, 1.0], [1.0])

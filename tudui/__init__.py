@@ -1,22 +1,40 @@
-"""Shared code for the lessons: train the course's Tudui network on CPU, GPU or anything else."""
-import sys
+"""The lessons' code, collected: train the course's Tudui network on the CPU, a GPU or anything else.
 
-try:
-    from .checkpoint import CheckpointError, load_checkpoint, load_model, read_checkpoint, save_checkpoint
-    from .data import CLASSES, DataError, SyntheticCIFAR10, cifar10, describe_data, is_synthetic, loaders
-    from .device import DeviceError, best_accelerator, describe_devices, pick_device, synchronize
-    from .distributed import LaunchError
-    from .loops import History, evaluate, fit, train_one_epoch
-    from .model import Tudui, count_parameters
-    from .plots import plot_bars, plot_history, show_predictions
-    from .recorded import show_recorded
-    from .resident import ResidentLoader, resident_loaders
-    from .settings import in_colab, quick_mode
-    from .timing import Stopwatch, measure
-except KeyboardInterrupt:  # Ctrl-C while torch loads: `python -m tudui` promises one line
-    if sys.argv[:1] != ["-m"]:  # imported by a program or a notebook: its own Ctrl-C
-        raise
-    print("tudui: interrupted", file=sys.stderr)
-    raise SystemExit(130)
+Each name below is written out in a lesson first. Modules load on first use: ``import tudui`` is
+quick and loads nothing of the tool (``tudui.cli``, which only ``python -m tudui`` imports).
+"""
+from importlib import import_module
 
 __version__ = "0.1.0"
+
+_NAMES = {
+    "checkpoint": "CheckpointError load_checkpoint load_model read_checkpoint save_checkpoint",
+    "data": "CLASSES DataError cifar10 describe_data is_synthetic loaders",
+    "device": "DeviceError best_accelerator describe_devices pick_device synchronize",
+    "distributed": "LaunchError",
+    "loops": "History evaluate fit train_one_epoch",
+    "model": "Tudui count_parameters",
+    "plots": "plot_bars plot_history show_predictions",
+    "recorded": "show_recorded",
+    "resident": "ResidentLoader resident_loaders",
+    "settings": "in_colab quick_mode",
+    "synthetic": "SyntheticCIFAR10",
+    "timing": "Stopwatch interleaved measure speed_ratio",
+}
+_HOME = {name: module for module, names in _NAMES.items() for name in names.split()}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name):
+    """``tudui.fit`` and friends, and the modules themselves (``tudui.data``), imported when first used."""
+    if name in _NAMES:
+        return import_module(f".{name}", __name__)
+    if name not in _HOME:
+        raise AttributeError(f"module 'tudui' has no attribute {name!r}")
+    value = getattr(import_module(f".{_HOME[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__) | set(_NAMES))

@@ -1,21 +1,18 @@
-"""Checkpoints that move between devices safely.
+"""Checkpoints that move between devices safely (notebook 04).
 
-We save state_dicts, never pickled models, and write atomically. We load with
-``weights_only=True`` and ``map_location``, so a file saved on a GPU loads on a
-CPU-only machine, and a file cannot run code when it is opened. The course's
-whole-model files (``torch.save(tudui, ...)``) are read with an allow-list of
-exactly the classes Tudui is built from. Everything taken from a file is
-checked before it is used; anything wrong raises :class:`CheckpointError`.
+We save state_dicts, never pickled models, and write atomically: a temp file in the same folder,
+then ``os.replace``, so an interruption leaves the old file or the new one, never half of one.
+We load with ``weights_only=True`` and ``map_location``: a file saved on a GPU loads on a CPU-only
+machine, and a file cannot run code when it is opened. The course's whole-model files
+(``torch.save(tudui, ...)``) are read with an allow-list of exactly the classes Tudui is built from.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
-import glob
-import math
-import numbers
+import hashlib
 import os
 import tempfile
-from contextlib import contextmanager, suppress
 
 import numpy as np
 import torch
@@ -35,95 +32,8 @@ class CheckpointError(RuntimeError):
     """A checkpoint is missing, unreadable, unsafe or does not fit the model."""
 
 
-def _few(names, shown=3) -> str:
-    """'a, b, c and 7 more': a bounded list for a one-line message."""
-    names = list(names)
-    rest = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(str(n)[:80] for n in names[:shown]) + rest
-
-
-# --- where a checkpoint may be written -------------------------------------------------------------
-
-def _temp_prefix(target: str) -> str:
-    return f".tmp-{os.path.basename(target)[:100]}-"
-
-
-def check_target(path) -> str:
-    """The real file a checkpoint for ``path`` goes to (links resolved), or a CheckpointError saying why not.
-
-    Refused: an empty name, a folder, a device or anything else that is not a regular file, a
-    folder that does not exist or cannot be written, a name too long for the file system.
-    """
-    path = os.fspath(path)
-    if not path.strip() or path.endswith(os.sep):
-        raise CheckpointError(f"checkpoint path {path!r} names no file; give a file name such as tudui.pth")
-    try:
-        real = os.path.realpath(path)
-        folder, name = os.path.split(real)
-        if os.path.exists(real) and not os.path.isfile(real):
-            kind = "a directory" if os.path.isdir(real) else "not a regular file"
-            raise CheckpointError(f"checkpoint path {path!r} is {kind}; give a file name such as tudui.pth")
-        if not os.path.isdir(folder):
-            raise CheckpointError(f"folder {folder!r} for the checkpoint does not exist; create it first")
-        if len(os.fsencode(name)) + len(_temp_prefix(name)) + 12 > os.pathconf(folder, "PC_NAME_MAX"):
-            raise CheckpointError(f"checkpoint file name is too long ({len(name)} characters); choose a shorter one")
-        if not os.access(folder, os.W_OK):
-            raise CheckpointError(f"cannot write to folder {folder!r}; choose a --checkpoint in a writable folder")
-    except (ValueError, OSError) as exc:  # a NUL byte, an unreadable folder ...
-        raise CheckpointError(f"checkpoint path {path[:80]!r} is not usable: {exc}") from None
-    return real
-
-
-def _remove_orphans(real: str) -> None:
-    """Delete temp files left by a save that was killed half-way (only ours: same folder, same name)."""
-    folder, name = os.path.split(real)
-    for orphan in glob.glob(os.path.join(glob.escape(folder), glob.escape(_temp_prefix(name)) + "*.pth")):
-        if os.path.isfile(orphan) and not os.path.islink(orphan):
-            os.unlink(orphan)
-
-
-@contextmanager
-def exclusive(path):
-    """Hold ``<checkpoint>.lock`` while training writes ``path``: a second training on it is refused.
-
-    A lock left by a killed process (its pid is gone) is taken over; on entry, temp files of
-    killed saves are cleaned up.
-    """
-    real = check_target(path)
-    lock = real + ".lock"
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            break
-        except FileExistsError:
-            if _lock_owner_alive(lock):
-                raise CheckpointError(f"another training is writing {path!r} (lock file {lock!r}); wait for it, "
-                                      "or delete the lock file if no training is running") from None
-            os.unlink(lock)
-    else:
-        raise CheckpointError(f"could not take the lock file {lock!r}; delete it and try again")
-    try:
-        os.write(fd, str(os.getpid()).encode())
-        os.close(fd)
-        _remove_orphans(real)
-        yield real
-    finally:
-        with suppress(FileNotFoundError):
-            os.unlink(lock)
-
-
-def _lock_owner_alive(lock: str) -> bool:
-    try:
-        with open(lock) as f:
-            pid = int(f.read(20).strip() or 0)
-        if pid <= 0:
-            return False
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except (ValueError, OSError):
-        return True  # unreadable, or another user's process: assume it is running
-    return True
+def first_line(exc, limit=160) -> str:
+    return ((str(exc).splitlines() or [""])[0] or type(exc).__name__)[:limit]
 
 
 # --- saving ------------------------------------------------------------------------------------------
@@ -144,47 +54,50 @@ def _plain(value, name):
                           "use numbers, strings, lists, dicts or tensors")
 
 
-def save_checkpoint(path, model, optimizer=None, epoch=None, **extra):
-    """Save model (and optimizer) state_dicts to ``path`` atomically.
+def temp_prefix(path) -> str:
+    """How the temp files of saves to ``path`` begin: the same short name whatever the file's name."""
+    name = os.path.basename(os.path.realpath(path))
+    return f".tudui-save-{hashlib.sha256(os.fsencode(name)).hexdigest()[:12]}-"
 
-    The file is written next to its destination and renamed into place, so an
-    interruption leaves either the old file or the new one, never half of one.
-    A link is followed: its target is replaced. ``extra`` holds anything else
-    worth keeping (e.g. history, arguments), as plain types.
+
+def save_checkpoint(path, model, optimizer=None, epoch=None, **extra):
+    """Save model (and optimizer) state_dicts to ``path`` atomically; returns ``path``.
+
+    A link is followed: its target is replaced. ``extra`` holds anything else worth keeping
+    (history, arguments), as plain types.
     """
+    epoch = _plain(epoch, "epoch")
+    if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0):
+        raise CheckpointError(f"epoch must be a whole number >= 0, not {epoch!r}")
     state = {"format": FORMAT, "model": unwrap(model).state_dict(),
              "optimizer": optimizer.state_dict() if optimizer is not None else None,
-             "epoch": _plain(epoch, "epoch"), "rng": torch.get_rng_state(), "extra": _plain(extra, "extra")}
-    if state["epoch"] is not None and not _is_epoch(state["epoch"]):
-        raise CheckpointError(f"epoch must be a whole number >= 0, not {epoch!r}")
+             "epoch": epoch, "rng": torch.get_rng_state(), "extra": _plain(extra, "extra")}
     path = os.fspath(path)
+    real = os.path.realpath(path)
+    if os.path.exists(real) and not os.path.isfile(real):  # a folder, /dev/null ...: never replaced
+        raise CheckpointError(f"{path!r} is {'a folder' if os.path.isdir(real) else 'not a regular file'}; "
+                              "give a file name such as tudui.pth")
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    except (OSError, ValueError):
-        pass  # check_target says what is wrong with the path
-    real = check_target(path)
-    try:
-        _write_atomically(state, real)
-    except OSError as exc:
-        raise CheckpointError(f"cannot write {path!r}: {exc.strerror or exc}; the previous file is unchanged") from None
-    return path
-
-
-def _write_atomically(state, real):
-    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(real), suffix=".pth", dir=os.path.dirname(real))
+        os.makedirs(os.path.dirname(real), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(real), suffix=".tmp", dir=os.path.dirname(real))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"cannot write {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(state, f)
             f.flush()
-            os.fsync(f.fileno())
+            os.fsync(f.fileno())  # on disk before the rename, so a power cut cannot leave an empty file
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes owner-only files; give the usual permissions
         os.replace(tmp, real)
-    except BaseException:
+    except (OSError, RuntimeError) as exc:  # a full disk: torch.save raises RuntimeError ("unexpected pos")
+        raise CheckpointError(f"cannot write {path!r} ({getattr(exc, 'strerror', None) or first_line(exc)}; "
+                              "is the disk full?); the previous file is unchanged") from None
+    finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise
+    return path
 
 
 # --- reading -----------------------------------------------------------------------------------------
@@ -192,43 +105,28 @@ def _write_atomically(state, real):
 def read_checkpoint(path, device="cpu"):
     """Load a file's contents onto ``device`` safely, whatever kind of Tudui file it is.
 
-    The classes the file names are listed before anything is unpickled: the layers
-    of the course's Tudui and any ``<module>.Tudui`` (read as ours) pass; any other
-    class is refused by name.
+    The classes the file names are listed before anything is unpickled: the layers of the
+    course's Tudui and any ``<module>.Tudui`` (read as ours) pass; any other class is refused.
     """
     path, device = os.fspath(path), pick_device(device)
-    if os.path.isdir(path):
-        raise CheckpointError(f"{path!r} is a directory, not a checkpoint file")
     if not os.path.isfile(path):
-        raise CheckpointError(f"{path!r}: no such checkpoint file")
+        raise CheckpointError(f"{path!r} is a folder, not a checkpoint file" if os.path.isdir(path)
+                              else f"{path!r}: no such checkpoint file")
     try:
         names = set(torch.serialization.get_unsafe_globals_in_checkpoint(path))
-    except Exception:  # not a zip archive as torch.save writes, truncated, damaged ...
-        raise CheckpointError(f"{path!r}: not a readable PyTorch checkpoint (truncated or corrupt?)") from None
+    except Exception as exc:  # not a zip archive as torch.save writes, truncated, unreadable ...
+        raise CheckpointError(f"{path!r}: not a readable PyTorch checkpoint ({first_line(exc, 80)})") from None
     tudui_names = {n for n in names if n.endswith(".Tudui")}
     foreign = sorted(names - tudui_names - COURSE_NAMES)
     if foreign:
-        raise CheckpointError(f"{path!r}: refused to unpickle {_few(foreign)}, which is not part of a Tudui model; "
+        shown = ", ".join(n[:80] for n in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise CheckpointError(f"{path!r}: refused to unpickle {shown}, which is not part of a Tudui model; "
                               "only state_dict checkpoints and the course's whole-model files are loaded")
-    allowed = COURSE_CLASSES + [(Tudui, name) for name in tudui_names]
     try:
-        with torch.serialization.safe_globals(allowed):
+        with torch.serialization.safe_globals(COURSE_CLASSES + [(Tudui, name) for name in tudui_names]):
             return torch.load(path, map_location=device, weights_only=True)
     except Exception as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
-        raise CheckpointError(f"{path!r}: cannot load onto {device}: {first}" if "CUDA" in first or "device" in first
-                              else f"{path!r}: not a readable PyTorch checkpoint (truncated or corrupt?)") from None
-
-
-# --- checking what a file holds ---------------------------------------------------------------------
-
-def _is_epoch(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10**6
-
-
-def _is_weight(value) -> bool:
-    return (type(value) in (torch.Tensor, nn.Parameter) and value.layout == torch.strided
-            and value.is_floating_point())
+        raise CheckpointError(f"{path!r}: cannot load onto {device}: {first_line(exc)}") from None
 
 
 def _course_state_dict(module, path):
@@ -246,7 +144,7 @@ def _course_state_dict(module, path):
     return state
 
 
-def _parts(obj, path):
+def parts(obj, path):
     """(model state_dict, format name, the rest of our format) from what a file holds."""
     if isinstance(obj, dict) and obj.get("format") == FORMAT:
         if not isinstance(obj.get("model"), dict):
@@ -254,99 +152,44 @@ def _parts(obj, path):
         return obj["model"], FORMAT, obj
     if isinstance(obj, nn.Module):
         return _course_state_dict(obj, path), "course whole-model file", {}
-    if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+    if isinstance(obj, dict) and obj and all(type(v) in (torch.Tensor, nn.Parameter) for v in obj.values()):
         return obj, "state_dict", {}
     raise CheckpointError(f"{path!r}: holds a {type(obj).__name__}, not a Tudui checkpoint or state_dict")
-
-
-def _checked_weights(state_dict, model, path) -> dict:
-    expected = model.state_dict()
-    missing = [k for k in expected if k not in state_dict]
-    unexpected = [k for k in state_dict if k not in expected]
-    if missing or unexpected:
-        raise CheckpointError(f"{path!r}: parameters do not match the model (missing {len(missing)}: "
-                              f"{_few(missing) or 'none'}; unexpected {len(unexpected)}: {_few(unexpected) or 'none'})")
-    for k, v in expected.items():
-        if not _is_weight(state_dict[k]):
-            raise CheckpointError(f"{path!r}: parameter {k} is not a dense floating-point tensor")
-        if state_dict[k].shape != v.shape:
-            raise CheckpointError(f"{path!r}: parameter {k} has shape {tuple(state_dict[k].shape)} "
-                                  f"in the file but {tuple(v.shape)} in the model")
-    return {k: state_dict[k] for k in expected}
-
-
-def _check_optimizer(saved, optimizer, path):
-    """The saved optimizer state must be this optimizer's kind, with the same groups and per-parameter shapes."""
-    bad = CheckpointError(f"{path!r}: its optimizer state does not fit {type(optimizer).__name__} over this model")
-    if not isinstance(saved, dict) or not isinstance(saved.get("param_groups"), list) \
-            or not isinstance(saved.get("state"), dict):
-        raise bad
-    ours = optimizer.state_dict()["param_groups"]
-    groups = saved["param_groups"]
-    if len(groups) != len(ours) or any(not isinstance(g, dict) or g.keys() != o.keys() or g["params"] != o["params"]
-                                       for g, o in zip(groups, ours)):
-        raise bad
-    if any(not isinstance(g["lr"], float) or not math.isfinite(g["lr"]) or g["lr"] <= 0 for g in groups):
-        raise bad
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    for i, entry in saved["state"].items():
-        if not (isinstance(i, int) and 0 <= i < len(params) and isinstance(entry, dict)):
-            raise bad
-        for value in entry.values():
-            if not (value is None or isinstance(value, numbers.Number) or _is_weight(value)
-                    and value.shape in (params[i].shape, torch.Size([]))):
-                raise bad
-
-
-def _check_rng(rng, path):
-    try:
-        if type(rng) is not torch.Tensor or rng.dtype != torch.uint8:
-            raise TypeError
-        torch.Generator().set_state(rng.cpu())  # a scratch generator: checks the state, changes nothing
-    except (TypeError, RuntimeError):
-        raise CheckpointError(f"{path!r}: its saved random state is not a CPU generator state") from None
 
 
 def load_checkpoint(path, model, optimizer=None, device="cpu", restore_rng=False):
     """Load ``path`` into ``model`` on ``device`` (and ``optimizer``, if given).
 
-    Works for our checkpoints, plain state_dicts and the course's whole-model
-    files, whatever device they were saved on. The model is moved to
-    ``device``; optimizer state follows the model's parameters there.
-    ``restore_rng`` restores the CPU random state saved with the checkpoint,
-    so a resumed run shuffles exactly as an uninterrupted one would.
-    Returns a dict with ``epoch``, ``extra`` and ``format``.
-    Everything is checked before anything is applied.
+    Works for our checkpoints, plain state_dicts and the course's whole-model files, whatever
+    device they were saved on. The model moves to ``device``; optimizer state follows its
+    parameters there. ``restore_rng`` restores the CPU random state saved with the checkpoint, so a
+    resumed run shuffles as an uninterrupted one. Returns a dict with ``epoch``, ``extra``, ``format``.
+    torch's own ``load_state_dict`` checks names and shapes; it is tried on copies first, so a file
+    that does not fit changes nothing.
     """
     device = pick_device(device)
-    weights, kind, ours = _parts(read_checkpoint(path, device), path)
+    weights, kind, ours = parts(read_checkpoint(path, device), path)
     target = unwrap(model)
-    weights = _checked_weights(weights, target, path)
-    epoch, extra, rng = ours.get("epoch"), ours.get("extra", {}), ours.get("rng")
-    if epoch is not None and not _is_epoch(epoch):
-        raise CheckpointError(f"{path!r}: its epoch {str(epoch)[:20]!r} is not a whole number of epochs")
-    if not isinstance(extra, dict):
-        raise CheckpointError(f"{path!r}: its 'extra' entry is a {type(extra).__name__}, not a dict")
-    if optimizer is not None:
-        if not ours.get("optimizer"):
-            raise CheckpointError(f"{path!r}: has no optimizer state to resume from")
-        _check_optimizer(ours["optimizer"], optimizer, path)
-    if restore_rng and rng is not None:
-        _check_rng(rng, path)
-    _apply(target, weights, optimizer, ours.get("optimizer"), rng if restore_rng else None, device, path)
-    return {"epoch": epoch, "extra": extra, "format": kind}
-
-
-def _apply(target, weights, optimizer, optimizer_state, rng, device, path):
+    if optimizer is not None and not ours.get("optimizer"):
+        raise CheckpointError(f"{os.fspath(path)!r}: has no optimizer state to resume from")
     try:
+        copy.deepcopy(target).load_state_dict(weights)  # strict: missing, unexpected, mis-shaped entries
+        expected = target.state_dict()
+        if any(expected[k].is_floating_point() and not v.is_floating_point() for k, v in weights.items()):
+            raise TypeError("integer values for floating-point weights")  # torch would cast them silently
+        if optimizer is not None:
+            copy.deepcopy(optimizer).load_state_dict(ours["optimizer"])
         target.load_state_dict(weights)
         target.to(device)
         if optimizer is not None:
-            optimizer.load_state_dict(optimizer_state)  # casts state to each parameter's device
-        if rng is not None:
-            torch.set_rng_state(rng.cpu())
-    except (RuntimeError, ValueError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"{path!r}: cannot apply it: {(str(exc).splitlines() or [''])[0][:160]}") from None
+            optimizer.load_state_dict(ours["optimizer"])  # casts state to each parameter's device
+        if restore_rng and ours.get("rng") is not None:
+            torch.set_rng_state(ours["rng"].cpu())
+    except (RuntimeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        reason = " ".join(str(exc).split()).replace(f"Error(s) in loading state_dict for {type(target).__name__}: ", "")
+        raise CheckpointError(f"{os.fspath(path)!r}: does not fit {type(target).__name__}: "
+                              f"{reason if len(reason) < 240 else reason[:237] + '...'}") from None
+    return {"epoch": ours.get("epoch"), "extra": ours.get("extra", {}), "format": kind}
 
 
 def load_model(path, device="cpu") -> Tudui:

@@ -1,4 +1,4 @@
-"""CIFAR-10 as the course loads it, a synthetic stand-in, and DataLoaders."""
+"""CIFAR-10 as the course loads it (or its synthetic stand-in, see synthetic.py), and DataLoaders."""
 from __future__ import annotations
 
 import numbers
@@ -7,87 +7,19 @@ import socket
 import sys
 from contextlib import contextmanager
 
-import numpy as np
 import torch
-import torchvision
-from PIL import Image
 from torch.utils.data import DataLoader, DistributedSampler
 from torchvision.datasets import CIFAR10
 from torchvision.transforms import ToTensor
 
-CLASSES = ["airplane", "automobile", "bird", "cat", "deer",
-           "dog", "frog", "horse", "ship", "truck"]
+from .synthetic import CLASSES, IMAGES_PER_SPLIT, SyntheticCIFAR10
+
 SOURCES = ("auto", "cifar10", "synthetic")
-IMAGES_PER_SPLIT = {"train": 50_000, "test": 10_000}  # CIFAR-10's sizes
 DOWNLOAD_TIMEOUT_S = 30  # a firewall that drops packets would otherwise stall the download for minutes
 
 
 class DataError(RuntimeError):
     """The data asked for cannot be provided."""
-
-
-class SyntheticCIFAR10(torchvision.datasets.VisionDataset):
-    """A deterministic, learnable stand-in with CIFAR10's interface.
-
-    Each class has a smooth colour pattern; an image is its class pattern,
-    shifted, dimmed and noised. ``.data`` is uint8 NHWC, ``.targets`` a list,
-    and items go through PIL and the transform exactly like CIFAR10's.
-    """
-
-    is_synthetic = True
-    classes = CLASSES
-
-    def __init__(self, train=True, transform=None, target_transform=None, size=None, seed=0):
-        super().__init__(root="synthetic", transform=transform, target_transform=target_transform)
-        self.train = train
-        full = IMAGES_PER_SPLIT["train" if train else "test"]
-        n = full if size is None else min(size, full)  # never more than CIFAR-10 has
-        self.data, self.targets = _synthetic_images(n, seed, split=0 if train else 1)
-
-    def __len__(self):
-        return len(self.data)
-
-    def __getitem__(self, index):
-        img, target = Image.fromarray(self.data[index]), self.targets[index]
-        if self.transform is not None:
-            img = self.transform(img)
-        if self.target_transform is not None:
-            target = self.target_transform(target)
-        return img, target
-
-    def extra_repr(self):
-        return f"Split: {'Train' if self.train else 'Test'} (synthetic stand-in for CIFAR-10)"
-
-
-def _class_patterns(seed: int) -> np.ndarray:
-    """Ten 36x36 RGB patterns of 9x9-pixel blocks, each colour channel on or off.
-
-    The on/off codes are rows of a Hadamard matrix (columns shuffled by the
-    seed), so any two classes differ in half of their 48 blocks.
-    """
-    rng = np.random.default_rng([seed, 10])
-    hadamard = np.array([[1]])
-    while len(hadamard) < 64:
-        hadamard = np.block([[hadamard, hadamard], [hadamard, -hadamard]])
-    codes = hadamard[1:11][:, rng.permutation(64)[:48]] > 0
-    blocks = codes.reshape(10, 4, 4, 3).astype(np.float32)
-    return blocks.repeat(9, axis=1).repeat(9, axis=2)
-
-
-def _synthetic_images(n: int, seed: int, split: int, chunk: int = 1000):
-    """n images, built in fixed chunks so that a smaller n is a prefix of a larger."""
-    patterns = _class_patterns(seed)
-    images, labels = [], []
-    for c in range(0, n, chunk):
-        rng = np.random.default_rng([seed, split, c // chunk])
-        y = rng.integers(0, 10, chunk)
-        dx, dy = rng.integers(0, 2, chunk), rng.integers(0, 2, chunk)
-        crops = np.stack([patterns[k, a:a + 32, b:b + 32] for k, a, b in zip(y, dy, dx)])
-        gain = rng.uniform(0.8, 1.0, (chunk, 1, 1, 1)).astype(np.float32)
-        noise = rng.normal(0, 0.1, crops.shape).astype(np.float32)
-        images.append(np.clip((crops * gain + noise) * 255, 0, 255).round().astype(np.uint8))
-        labels.append(y)
-    return np.concatenate(images)[:n], np.concatenate(labels)[:n].tolist()
 
 
 def default_source() -> str:
@@ -188,33 +120,24 @@ def default_num_workers() -> int:
     if os.name == "nt":  # Windows starts workers with spawn: seconds per start, more than they save here
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    cores //= int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    sharing = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    cores //= max(int(sharing), 1) if sharing.strip().isdigit() else 1  # torchrun sets it; ignore other values
     return 0 if cores <= 2 else min(4, cores - 1)
-
-
-class EpochSampler(DistributedSampler):
-    """DistributedSampler (shuffled from seed + epoch) that moves on to the next epoch after each pass,
-    so a loop that never calls set_epoch still sees a new order every epoch."""
-
-    def __iter__(self):
-        order = super().__iter__()
-        self.epoch += 1
-        return order
 
 
 def loaders(train_set, test_set, batch_size=64, device="cpu", num_workers=None, shuffle=True,
             distributed=False, seed=0):
     """Train and test DataLoaders with settings that suit ``device``.
 
-    pin_memory only for CUDA (page-locked memory lets copies overlap compute); workers only where there
-    are cores to spare. The train order comes from an :class:`EpochSampler`: its shuffle depends on
-    (seed, epoch) alone, so a resumed run sees the batches of an uninterrupted one (fit() calls its
-    set_epoch), and a loop of your own still gets a new order every epoch.
+    pin_memory for CUDA (page-locked memory lets copies overlap compute); workers only where there are cores to spare. The train order comes from a
+    DistributedSampler (of one process, unless ``distributed``): it shuffles by (seed, epoch), so
+    call ``train_loader.sampler.set_epoch(epoch)`` before each epoch, as :func:`tudui.fit` does; a
+    resumed run then sees the batches of an uninterrupted one.
     ``distributed``: under torchrun each process reads its own share (the sampler asks torch.distributed).
     """
     workers = default_num_workers() if num_workers is None else num_workers
     one_process = {} if distributed else {"num_replicas": 1, "rank": 0}
-    train_sampler = EpochSampler(train_set, shuffle=shuffle, seed=seed, **one_process)
+    train_sampler = DistributedSampler(train_set, shuffle=shuffle, seed=seed, **one_process)
     test_sampler = DistributedSampler(test_set, shuffle=False) if distributed else None
 
     def loader(dataset, sampler):

@@ -52,37 +52,18 @@ class Context:
         return self.world_size > 1
 
 
-def _env_int(name: str, low: int, high: int | None = None) -> int | None:
-    """Environment variable ``name`` as a whole number in [low, high); None when unset."""
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return None
+def _env(name: str, default=None) -> int:
+    """Environment variable ``name`` as torchrun sets it: a whole number (a LaunchError if not)."""
+    text = os.environ.get(name, default)
     try:
-        value = int(text)
-    except ValueError:
+        return int(text)
+    except (TypeError, ValueError):
         raise LaunchError(f"{name}={text!r} is not a whole number; {LAUNCH}") from None
-    if value < low or (high is not None and value >= high):
-        limits = f"from {low} to {high - 1}" if high is not None else f"at least {low}"
-        raise LaunchError(f"{name}={value} is out of range (must be {limits}); {LAUNCH}")
-    return value
 
 
 def launched_by_torchrun() -> bool:
-    """True in a process started by torchrun with more than one process in all."""
-    return (_env_int("WORLD_SIZE", 1) or 1) > 1
-
-
-def _torchrun_env() -> tuple[int, int, int]:
-    """(rank, world size, local rank) as torchrun sets them, checked: a LaunchError says what is wrong."""
-    world = _env_int("WORLD_SIZE", 1)
-    rank = _env_int("RANK", 0, world)
-    for name in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
-        if not os.environ.get(name, "").strip():
-            raise LaunchError(f"WORLD_SIZE={world} but {name} is not set; {LAUNCH}")
-    _env_int("MASTER_PORT", 1, 65536)
-    _env_int("LOCAL_WORLD_SIZE", 1)  # data.default_num_workers shares the cores by it
-    local = _env_int("LOCAL_RANK", 0)
-    return rank, world, rank if local is None else local
+    """True in a process started by torchrun with more than one process in all (nanoGPT's test, plus the size)."""
+    return "RANK" in os.environ and _env("WORLD_SIZE", "1") > 1
 
 
 def _device_for(want, local_rank: int) -> torch.device:
@@ -114,13 +95,19 @@ def setup(want="auto") -> Context:
     """
     if not launched_by_torchrun():
         return Context(device=pick_device(want))
-    rank, world, local = _torchrun_env()
+    rank, world, local = _env("RANK"), _env("WORLD_SIZE"), _env("LOCAL_RANK", os.environ["RANK"])
+    if not 0 <= rank < world:  # a process with no place in the group would wait for the others forever
+        raise LaunchError(f"RANK={rank} is out of range (must be from 0 to {world - 1}); {LAUNCH}")
     device = _device_for(want, local)
     backend = BACKENDS[device.type] if dist.is_nccl_available() else "gloo"  # Windows builds have no NCCL
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    # device_id binds the group to this process's GPU (collectives and barriers use it).
-    dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
+    try:  # init_process_group checks the rest (MASTER_ADDR, MASTER_PORT, RANK < WORLD_SIZE ...)
+        # device_id binds the group to this process's GPU (collectives and barriers use it).
+        dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
+    except (ValueError, TypeError, RuntimeError) as exc:  # DistError and DistStoreError are RuntimeErrors
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise LaunchError(f"cannot join the other processes: {reason}; {LAUNCH}") from None
     return Context(rank, world, local, device, backend)
 
 

@@ -1,4 +1,4 @@
-"""Timing work honestly on any device: warm up, synchronise, take the median."""
+"""Timing work honestly on any device: warm up, synchronise, take turns, take the median (notebook 07)."""
 from __future__ import annotations
 
 import statistics
@@ -62,3 +62,28 @@ class Stopwatch:
         self.seconds = time.perf_counter() - self._start
         return False
 
+
+def interleaved(runs, device, rounds=5, warmup=1):
+    """Time each runs[name]() on `device` once per round, taking turns: A B, then B A, ...
+    Returns {name: [seconds, ...]}. Slow drift of the machine (clock speed, heat, other programs)
+    then falls on all of them alike."""
+    names = list(runs)
+    for _ in range(warmup):                       # untimed: one-off costs (workers starting, cuDNN loading)
+        for name in names:
+            runs[name]()
+    seconds = {name: [] for name in names}
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            with Stopwatch(device) as watch:      # synchronises before starting and before stopping
+                runs[name]()
+            seconds[name].append(watch.seconds)
+    return seconds
+
+
+def speed_ratio(fast, slow) -> float:
+    """How many times as fast ``fast`` is as ``slow`` (lists of seconds from one :func:`interleaved`
+    call): the median of the round-by-round ratios, so each round compares runs made side by side."""
+    if len(fast) != len(slow):
+        raise ValueError(f"speed_ratio pairs rounds: got {len(fast)} and {len(slow)} times; "
+                         "time both in one interleaved() call")
+    return statistics.median(s / f for f, s in zip(fast, slow))

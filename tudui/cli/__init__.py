@@ -1,29 +1,21 @@
-"""``python -m tudui doctor | train | predict``."""
+"""The tool: ``python -m tudui doctor | train | predict``, with one error boundary (:func:`main`).
+
+Only ``python -m tudui`` and the ``tudui`` script import this package; ``import tudui`` does not.
+"""
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gc
 import math
 import os
 import sys
 import traceback
 
-import torch
-
-from .. import checkpoint, data, device, distributed, loops, resident
-from ..model import Tudui
+from .. import checkpoint, data, device, distributed
+from .prediction import predict
+from .training import UsageError, train
 
 EXIT_USAGE, EXIT_BUG, EXIT_INTERRUPTED = 2, 1, 130
 ISSUES = "https://github.com/tudui-lab/pytorch-cpu-gpu/issues"
-# Settings a resumed run must share with the run that wrote the checkpoint.
-RESUMED_SETTINGS = ("lr", "batch_size", "data", "limit", "seed", "loader")
-
-
-class UsageError(Exception):
-    """Bad input from the user: reported in one line, exit code 2."""
-
-
 KNOWN_ERRORS = (UsageError, device.DeviceError, data.DataError, checkpoint.CheckpointError,
                 distributed.LaunchError)
 
@@ -80,123 +72,6 @@ def build_parser():
 def diagnose(args):
     from . import doctor as diagnosis
     diagnosis.run()
-
-
-def _check_checkpoint_path(args):
-    """Before any training: the checkpoint can be written, and is resumed or overwritten only on request."""
-    checkpoint.check_target(args.checkpoint)
-    exists = os.path.isfile(args.checkpoint)
-    if args.resume and not exists:
-        raise UsageError(f"--resume: no checkpoint at {args.checkpoint!r}; train without --resume first")
-    if exists and not args.resume and not args.force:
-        raise UsageError(f"{args.checkpoint!r} already exists; continue it with --resume, "
-                         "overwrite it with --force, or choose another --checkpoint")
-
-
-def _settings(args, train_set) -> dict:
-    """The run's settings as recorded in its checkpoint (the data source as actually used)."""
-    used = "synthetic" if data.is_synthetic(train_set) else "cifar10"
-    return {**vars(args), "data": used}
-
-
-def _resume(args, model, optimizer, dev, settings) -> int:
-    """Load the checkpoint; refuse it if it was trained with other settings. Returns its epoch."""
-    info = checkpoint.load_checkpoint(args.checkpoint, model, optimizer, dev, restore_rng=True)
-    recorded = info["extra"].get("args") if isinstance(info["extra"].get("args"), dict) else {}
-    recorded = {**recorded, "lr": optimizer.param_groups[0]["lr"]}  # the lr the optimizer state really has
-    changed = [f"--{k.replace('_', '-')} {recorded[k]} (not {settings[k]})"
-               for k in RESUMED_SETTINGS if k in recorded and recorded[k] != settings[k]]
-    if changed:
-        raise UsageError(f"--resume: {args.checkpoint!r} was trained with {', '.join(changed)}; resume with the "
-                         "same settings, or start a new run with --force")
-    return info["epoch"] or 0
-
-
-def _announce(log, ctx, args, train_set, start):
-    procs = f", {ctx.world_size} processes ({ctx.backend})" if ctx.distributed else ""
-    log(f"device: {ctx.device}{procs}; data: {data.describe_data(train_set)}; loader: {args.loader}")
-    if start:
-        log(f"resuming after epoch {start} from {args.checkpoint}")
-    if start >= args.epochs:
-        log(f"already trained for {start} epochs; nothing to do (raise --epochs)")
-
-
-def _run_training(args, ctx):
-    torch.manual_seed(args.seed)
-    with distributed.main_first(ctx):  # under torchrun, only rank 0 downloads CIFAR-10
-        train_set = data.cifar10(True, args.root, args.data, args.limit, seed=args.seed)
-        test_set = data.cifar10(False, args.root, args.data, args.limit and max(args.limit // 5, 1), seed=args.seed)
-    model = Tudui().to(ctx.device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
-    settings = _settings(args, train_set)
-    start = _resume(args, model, optimizer, ctx.device, settings) if args.resume else 0
-    if ctx.distributed:
-        model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-    make = resident.resident_loaders if args.loader == "resident" else data.loaders
-    train_loader, test_loader = make(train_set, test_set, args.batch_size, ctx.device,
-                                     distributed=ctx.distributed, seed=args.seed)
-    log = print if ctx.is_main else None
-    if log:
-        _announce(log, ctx, args, train_set, start)
-
-    def save(epoch, history):
-        if ctx.is_main:  # one writer
-            checkpoint.save_checkpoint(args.checkpoint, model, optimizer, epoch, args=settings)
-
-    loops.fit(model, train_loader, test_loader, torch.nn.CrossEntropyLoss(), optimizer, ctx.device,
-              args.epochs, start_epoch=start, on_epoch_end=save,
-              progress=ctx.is_main and not args.no_progress, log=log)
-    if log and start < args.epochs:
-        log(f"saved {args.checkpoint}")
-
-
-def train(args):
-    _check_checkpoint_path(args)
-    ctx = distributed.setup(args.device)
-    try:
-        with checkpoint.exclusive(args.checkpoint) if ctx.is_main else contextlib.nullcontext():
-            _run_training(args, ctx)
-    finally:
-        gc.collect()  # the DDP model (and the save closure holding it) must go before its process group
-        distributed.teardown()
-
-
-def _open_image(path):
-    """``path`` as an 8-bit RGB image; a UsageError saying why not."""
-    import warnings
-
-    import numpy as np
-    from PIL import Image
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(path)
-            image.load()
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise UsageError(f"{path!r}: refused: more than {Image.MAX_IMAGE_PIXELS:,} pixels "
-                         "(a decompression bomb?)") from None
-    except (OSError, ValueError, SyntaxError) as exc:  # missing, a folder, not an image, truncated ...
-        reason = getattr(exc, "strerror", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise UsageError(f"{path!r}: cannot read image: {reason[:120]}") from None
-    if image.mode.startswith("I"):  # 16- or 32-bit grey: scale to 8 bits instead of saturating
-        image = Image.fromarray((np.asarray(image, dtype=np.float64) / 257).clip(0, 255).astype(np.uint8))
-    return image.convert("RGB")
-
-
-def predict(args):
-    from torchvision import transforms
-
-    dev = device.pick_device(args.device)
-    model = checkpoint.load_model(args.checkpoint, dev)
-    to_input = transforms.Compose([transforms.Resize((32, 32)), transforms.ToTensor()])
-    for path in args.images:
-        image = _open_image(path)
-        with torch.no_grad():
-            probs = model(to_input(image).unsqueeze(0).to(dev)).softmax(1)[0].cpu()
-        k = int(probs.argmax())
-        print(f"{path}: {data.CLASSES[k]} ({probs[k]:.1%})")
 
 
 def _one_line(exc, limit=300) -> str:

@@ -1,0 +1,44 @@
+"""``python -m tudui predict``: classify image files with a trained checkpoint."""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from .. import checkpoint, data, device
+from .training import UsageError
+
+
+def open_image(path):
+    """``path`` as an 8-bit RGB image; a UsageError saying why not."""
+    import numpy as np
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(path)
+            image.load()
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise UsageError(f"{path!r}: refused: more than {Image.MAX_IMAGE_PIXELS:,} pixels "
+                         "(a decompression bomb?)") from None
+    except (OSError, ValueError, SyntaxError) as exc:  # missing, a folder, not an image, truncated ...
+        reason = getattr(exc, "strerror", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise UsageError(f"{path!r}: cannot read image: {reason[:120]}") from None
+    if image.mode.startswith("I"):  # 16- or 32-bit grey: scale to 8 bits instead of saturating
+        image = Image.fromarray((np.asarray(image, dtype=np.float64) / 257).clip(0, 255).astype(np.uint8))
+    return image.convert("RGB")
+
+
+def predict(args):
+    from torchvision import transforms
+
+    dev = device.pick_device(args.device)
+    model = checkpoint.load_model(args.checkpoint, dev)
+    to_input = transforms.Compose([transforms.Resize((32, 32)), transforms.ToTensor()])
+    for path in args.images:
+        image = open_image(path)
+        with torch.no_grad():
+            probs = model(to_input(image).unsqueeze(0).to(dev)).softmax(1)[0].cpu()
+        k = int(probs.argmax())
+        print(f"{path}: {data.CLASSES[k]} ({probs[k]:.1%})")

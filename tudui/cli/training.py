@@ -1,0 +1,195 @@
+"""``python -m tudui train``: the lessons' training, with the checks a tool owes its user.
+
+Before training: the checkpoint path can be written, and an existing file is continued or
+overwritten only on request. While training: one lock per checkpoint (``filelock``: the system
+releases it when a process dies, on every platform), so two trainings never write the same file.
+On resume: the file must come from the same settings, and its optimizer state must be what this run
+builds; torch's ``load_state_dict`` checks names and shapes, the rest is checked here.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import glob
+import math
+import os
+
+import torch
+from filelock import FileLock, Timeout
+
+from .. import checkpoint, data, distributed, loops, resident
+from ..checkpoint import CheckpointError
+from ..model import Tudui
+
+# Settings a resumed run must share with the run that wrote the checkpoint.
+RESUMED_SETTINGS = ("lr", "batch_size", "data", "limit", "seed", "loader")
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported in one line, exit code 2."""
+
+
+def check_target(path) -> str:
+    """The real file a checkpoint for ``path`` goes to (links resolved), or a CheckpointError saying why not."""
+    path = os.fspath(path)
+    if not path.strip() or path.endswith(("/", os.sep)):
+        raise CheckpointError(f"checkpoint path {path!r} names no file; give a file name such as tudui.pth")
+    try:
+        real = os.path.realpath(path)
+        folder = os.path.dirname(real)
+        if os.path.exists(real) and not os.path.isfile(real):
+            kind = "a folder" if os.path.isdir(real) else "not a regular file"
+            raise CheckpointError(f"checkpoint path {path!r} is {kind}; give a file name such as tudui.pth")
+        if not os.path.isdir(folder):
+            what = "is a file, not a folder" if os.path.exists(folder) else "does not exist; create it first"
+            raise CheckpointError(f"folder {folder!r} for the checkpoint {what}")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise CheckpointError(f"cannot write to folder {folder!r}; choose a --checkpoint in a writable folder")
+    except (ValueError, OSError) as exc:  # a NUL byte, an unreadable folder ...
+        raise CheckpointError(f"checkpoint path {path[:80]!r} is not usable: {exc}") from None
+    return real
+
+
+@contextlib.contextmanager
+def exclusive(path):
+    """Hold ``<checkpoint>.lock`` while training writes ``path``; clean up temp files of killed saves.
+
+    The lock is the system's (``filelock``): it ends with the process that holds it, however it ends.
+    """
+    real = check_target(path)
+    lock = FileLock(real + ".lock", timeout=0, fallback_to_soft=False)  # a soft lock would outlive a killed run
+    try:
+        lock.acquire()
+    except Timeout:
+        raise CheckpointError(f"another training is writing {os.fspath(path)!r} (it holds {lock.lock_file!r}); "
+                              "wait for it to finish, or choose another --checkpoint") from None
+    except OSError as exc:
+        raise CheckpointError(f"cannot create the lock file beside the checkpoint ({exc.strerror or exc}): "
+                              f"{lock.lock_file[:100]!r}; choose another --checkpoint") from None
+    try:
+        for orphan in glob.glob(os.path.join(glob.escape(os.path.dirname(real)),
+                                             glob.escape(checkpoint.temp_prefix(real)) + "*.tmp")):
+            with contextlib.suppress(OSError):
+                os.unlink(orphan)
+        yield real
+    finally:
+        lock.release()  # the empty lock file stays: deleting it would let two trainings lock two files
+
+
+def check_checkpoint_path(args):
+    """Before any training: the checkpoint can be written, and is resumed or overwritten only on request."""
+    check_target(args.checkpoint)
+    exists = os.path.isfile(args.checkpoint)
+    if args.resume and not exists:
+        raise UsageError(f"--resume: no checkpoint at {args.checkpoint!r}; train without --resume first")
+    if exists and not args.resume and not args.force:
+        raise UsageError(f"{args.checkpoint!r} already exists; continue it with --resume, "
+                         "overwrite it with --force, or choose another --checkpoint")
+
+
+def _check_optimizer(saved, optimizer, path):
+    """What torch's Optimizer.load_state_dict does not check: the groups' settings are those of this run
+    (the learning rate aside: it is compared with the run's settings), and state tensors fit their parameters."""
+    bad = CheckpointError(f"{path!r}: its optimizer state does not fit {type(optimizer).__name__} over this model")
+    if not isinstance(saved, dict) or not isinstance(saved.get("param_groups"), list) \
+            or not isinstance(saved.get("state"), dict):
+        raise bad
+    ours = optimizer.state_dict()["param_groups"]
+    groups = saved["param_groups"]
+    if len(groups) != len(ours) or any(not isinstance(g, dict) or g.keys() != o.keys() or g["params"] != o["params"]
+                                       for g, o in zip(groups, ours)):
+        raise bad
+    if any(not isinstance(g["lr"], float) or not math.isfinite(g["lr"]) or g["lr"] <= 0 for g in groups):
+        raise bad
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for i, entry in saved["state"].items():
+        if not (isinstance(i, int) and 0 <= i < len(params) and isinstance(entry, dict)):
+            raise bad
+        for value in entry.values():
+            if not (value is None or type(value) in (torch.Tensor, torch.nn.Parameter)
+                    and value.is_floating_point() and value.shape == params[i].shape):
+                raise bad
+
+
+def _check_resumable(path, optimizer):
+    """The parts of our format a resume uses: a whole epoch, plain extras, a CPU generator state."""
+    obj = checkpoint.read_checkpoint(path)
+    _, kind, ours = checkpoint.parts(obj, path)
+    if kind != checkpoint.FORMAT:
+        raise UsageError(f"--resume: {path!r} is a {kind}, with no optimizer state; train without --resume")
+    epoch, rng = ours.get("epoch"), ours.get("rng")
+    if type(epoch) is not int or not 0 <= epoch <= 10**6:
+        raise CheckpointError(f"{path!r}: its epoch {str(epoch)[:20]!r} is not a whole number of epochs")
+    if not isinstance(ours.get("extra"), dict):
+        raise CheckpointError(f"{path!r}: its 'extra' entry is not a dict")
+    _check_optimizer(ours.get("optimizer"), optimizer, path)
+    try:
+        if type(rng) is not torch.Tensor or rng.dtype != torch.uint8:
+            raise TypeError
+        torch.Generator().set_state(rng)  # a scratch generator: checks the state, changes nothing
+    except (TypeError, RuntimeError):
+        raise CheckpointError(f"{path!r}: its saved random state is not a CPU generator state") from None
+
+
+def _resume(args, model, optimizer, dev, settings) -> int:
+    """Load the checkpoint; refuse it if it was trained with other settings. Returns its epoch."""
+    _check_resumable(args.checkpoint, optimizer)
+    info = checkpoint.load_checkpoint(args.checkpoint, model, optimizer, dev, restore_rng=True)
+    recorded = info["extra"].get("args") if isinstance(info["extra"].get("args"), dict) else {}
+    recorded = {**recorded, "lr": optimizer.param_groups[0]["lr"]}  # the lr the optimizer state really has
+    changed = [f"--{k.replace('_', '-')} {str(recorded[k])[:40]} (not {settings[k]})"
+               for k in RESUMED_SETTINGS if k in recorded and recorded[k] != settings[k]]
+    if changed:
+        raise UsageError(f"--resume: {args.checkpoint!r} was trained with {', '.join(changed)}; resume with the "
+                         "same settings, or start a new run with --force")
+    return info["epoch"]
+
+
+def _announce(log, ctx, args, train_set, start):
+    procs = f", {ctx.world_size} processes ({ctx.backend})" if ctx.distributed else ""
+    log(f"device: {ctx.device}{procs}; data: {data.describe_data(train_set)}; loader: {args.loader}")
+    if start:
+        log(f"resuming after epoch {start} from {args.checkpoint}")
+    if start >= args.epochs:
+        log(f"already trained for {start} epochs; nothing to do (raise --epochs)")
+
+
+def _run_training(args, ctx):
+    torch.manual_seed(args.seed)
+    with distributed.main_first(ctx):  # under torchrun, only rank 0 downloads CIFAR-10
+        train_set = data.cifar10(True, args.root, args.data, args.limit, seed=args.seed)
+        test_set = data.cifar10(False, args.root, args.data, args.limit and max(args.limit // 5, 1), seed=args.seed)
+    model = Tudui().to(ctx.device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    settings = {**vars(args), "data": "synthetic" if data.is_synthetic(train_set) else "cifar10"}
+    start = _resume(args, model, optimizer, ctx.device, settings) if args.resume else 0
+    if ctx.distributed:
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+    make = resident.resident_loaders if args.loader == "resident" else data.loaders
+    train_loader, test_loader = make(train_set, test_set, args.batch_size, ctx.device,
+                                     distributed=ctx.distributed, seed=args.seed)
+    log = print if ctx.is_main else None
+    if log:
+        _announce(log, ctx, args, train_set, start)
+
+    def save(epoch, history):
+        if ctx.is_main:  # one writer
+            checkpoint.save_checkpoint(args.checkpoint, model, optimizer, epoch, args=settings)
+
+    loops.fit(model, train_loader, test_loader, torch.nn.CrossEntropyLoss(), optimizer, ctx.device,
+              args.epochs, start_epoch=start, on_epoch_end=save,
+              progress=ctx.is_main and not args.no_progress, log=log)
+    if log and start < args.epochs:
+        log(f"saved {args.checkpoint}")
+
+
+def train(args):
+    check_checkpoint_path(args)
+    ctx = distributed.setup(args.device)
+    try:
+        with exclusive(args.checkpoint) if ctx.is_main else contextlib.nullcontext():
+            _run_training(args, ctx)
+    finally:
+        gc.collect()  # the DDP model (and the save closure holding it) must go before its process group
+        distributed.teardown()
