@@ -427,7 +427,8 @@ def test_old_nvidia_smi_rejecting_compute_cap_falls_back_and_says_so(monkeypatch
 def test_undecodable_bytes_and_escapes_in_a_gpu_name_never_reach_the_terminal(tmp_path, monkeypatch):
     fake = tmp_path / "nvidia-smi"  # a real process printing Latin-1 bytes and an ANSI escape
     fake.write_bytes(b"#!/bin/sh\nif [ -n \"$1\" ]; then "
-                     b"printf 'GeForce \\351\\033[2J\\033]0;x\\007, 580.82.07, 6.1\\n'; else printf 'CUDA Version: 13.0\\n'; fi\n")
+                     b"printf 'GeForce \\351\\033[2J\\033]0;x\\007, 580.82.07, 6.1\\n'; "
+                     b"else printf 'CUDA Version: 13.0\\n'; fi\n")
     fake.chmod(0o755)
     monkeypatch.setattr(doctor.shutil, "which", lambda name: str(fake))
     smi = doctor.read_nvidia_smi()

@@ -461,7 +461,8 @@ def run(steps: int = 10) -> None:
     print(f"nvidia-smi: {describe_smi(smi)}")
     print(f"devices torch can use: {describe_devices()}")
     if build.cuda_available:
-        print("kernel check:", f"failed: {build.kernel_error}" if build.kernel_error else "a convolution ran on every GPU")
+        ran = f"failed: {build.kernel_error}" if build.kernel_error else "a convolution ran on every GPU"
+        print(f"kernel check: {ran}")
     for line in speed_lines(accelerator, steps):
         print(line)
     advice = advise(build, smi, platform.system(), platform.machine(), os.environ.get("CUDA_VISIBLE_DEVICES"))
