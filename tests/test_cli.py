@@ -199,6 +199,14 @@ def test_doctor_runs_the_diagnosis(capsys, monkeypatch):
     assert run(capsys, "doctor") == (0, "diagnosis\n", "")
 
 
+def test_ctrl_c_in_the_doctor_says_interrupted_and_nothing_about_checkpoints(capsys, monkeypatch):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(doctor, "run", interrupted)
+    assert run(capsys, "doctor") == (130, "", "tudui: interrupted\n")
+
+
 # --- a real GPU ---------------------------------------------------------------------------------
 
 @pytest.mark.gpu

@@ -127,13 +127,15 @@ def test_cpu_build_on_windows_with_a_566_driver_gets_the_cu126_command():
     advice = doctor.advise(CPU_ONLY_PYPI, WINDOWS, "Windows", "AMD64")
     assert advice.case == doctor.CASE_CPU_BUILD
     assert "RTX 3060" in advice.summary and "CPU-only" in advice.summary
-    assert "Windows" in advice.steps[0] and "the newest this driver (CUDA 12.7) supports" in advice.steps[1]
+    assert "Windows" in advice.steps[0] and "which this driver (CUDA 12.7) runs" in advice.steps[1]
     assert commands(advice) == [
         "python -m pip uninstall -y torch torchvision",
         "python -m pip install torch torchvision --index-url https://download.pytorch.org/whl/cu126",
-        'python -c "import torch; print(torch.cuda.is_available(), torch.version.cuda)"',
+        "python -m pip install torch torchvision --index-url https://mirror.nju.edu.cn/pytorch/whl/cu126",
+        """python -c "import torch; print(torch.cuda.is_available(), torch.version.cuda, """
+        """torch.ones(1, device='cuda') + 1)\"""",
     ]
-    assert any("conda activate" in line for line in advice.steps)
+    assert any("Anaconda" in line for line in advice.steps)
     assert any("Getting a GPU build of torch" in line for line in advice.steps)
 
 
@@ -148,6 +150,7 @@ def test_cpu_build_with_a_cuda_12_4_driver_gets_cu126_by_minor_version_compatibi
     advice = doctor.advise(CPU_ONLY, CUDA_12_4, "Windows", "AMD64")
     assert index_urls(advice) == ["https://download.pytorch.org/whl/cu126"]
     assert "a CUDA 12.4 driver runs any 12.x build" in "\n".join(advice.steps)
+    assert advice.steps[1].startswith("Best: update the NVIDIA driver")  # minor-version compatibility comes second
 
 
 def test_cpu_build_with_a_470_driver_gets_torch_2_7_for_cuda_11_8():
@@ -155,7 +158,7 @@ def test_cpu_build_with_a_470_driver_gets_torch_2_7_for_cuda_11_8():
     assert advice.case == doctor.CASE_CPU_BUILD
     assert ("python -m pip install torch==2.7.1 torchvision==0.22.1 --index-url "
             "https://download.pytorch.org/whl/cu118") in commands(advice)
-    assert "newer driver" in advice.steps[0]
+    assert advice.steps[0].startswith("Best: update the NVIDIA driver") and "Python 3.9-3.13" in advice.steps[1]
 
 
 def test_cpu_build_with_a_driver_too_old_for_any_build():
@@ -217,13 +220,135 @@ def test_no_nvidia_gpu_on_apple_silicon_mentions_mps():
     assert any("'mps'" in line for line in advice.steps)
 
 
+# --- the GPU's compute capability: builds without kernels for it ---------------------------------------
+
+GTX_1060_580 = doctor.parse_nvidia_smi("NVIDIA GeForce GTX 1060 6GB, 580.82.07, 6.1\n", LINUX_580_HEADER)
+MX150_470 = doctor.parse_nvidia_smi("NVIDIA GeForce MX150, 472.12, 6.1\r\n",
+                                    WINDOWS_566_HEADER.replace("566.36 ", "472.12 ").replace("12.7", "11.4"))
+RTX_5070_128 = doctor.parse_nvidia_smi("NVIDIA GeForce RTX 5070, 572.16, 12.0\r\n",
+                                       WINDOWS_566_HEADER.replace("566.36 ", "572.16 ").replace("12.7", "12.8"))
+RTX_5070_580 = doctor.parse_nvidia_smi("NVIDIA GeForce RTX 5070, 580.82.07, 12.0\n", LINUX_580_HEADER)
+RTX_3060_124 = doctor.parse_nvidia_smi("NVIDIA GeForce RTX 3060, 551.86, 8.6\r\n", WINDOWS_551_HEADER)
+CU130_ARCHS = ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120")  # the installed cu130 build's arch list
+
+
+def cuda_build(cuda, caps, arch_list=(), kernel_error=None):
+    """A CUDA build that torch reports as available, as it does even without kernels for the GPU."""
+    return TorchBuild(f"2.14.1+cu{cuda[0]}{cuda[1]}", cuda, None, True, False, arch_list, caps, kernel_error)
+
+
+def test_compute_capability_is_read_from_the_query():
+    assert GTX_1060_580 == NvidiaSmi(("NVIDIA GeForce GTX 1060 6GB",), "580.82.07", (13, 0), ((6, 1),))
+    assert RTX_5070_128.caps == ((12, 0),) and RTX_5070_128.cuda == (12, 8)
+
+
+@pytest.mark.parametrize("arch_list, cap, runs", [
+    (CU130_ARCHS, (6, 1), False), (CU130_ARCHS, (7, 5), True), (CU130_ARCHS, (8, 9), True),
+    (CU130_ARCHS, (12, 0), True), (doctor.PRE_TURING, (12, 0), False), (doctor.PRE_TURING, (6, 1), True),
+    (("sm_80", "compute_90"), (12, 0), True),  # PTX is compiled for newer GPUs
+    (("sm_86",), (8, 0), False),               # binary code runs on its own and newer minor versions only
+])
+def test_has_kernels(arch_list, cap, runs):
+    assert doctor.has_kernels(arch_list, cap) is runs
+
+
+@pytest.mark.parametrize("build", [CPU_ONLY, cuda_build((13, 0), ((6, 1),), CU130_ARCHS)])
+def test_gtx_1060_on_a_580_driver_gets_cu126_not_cu130(build):
+    advice = doctor.advise(build, GTX_1060_580, "Linux", "x86_64")
+    assert index_urls(advice) == ["https://download.pytorch.org/whl/cu126"]
+    assert "compute capability 6.1" in advice.summary
+    assert any("torch 2.15 is planned without it" in line for line in advice.steps)
+    if build.cuda:
+        assert advice.case == doctor.CASE_NO_KERNELS and "no kernels for the NVIDIA GeForce GTX 1060" in advice.summary
+
+
+def test_pascal_with_a_cu130_build_on_an_older_driver_is_sent_straight_to_cu126():
+    build = TorchBuild("2.14.1+cu130", (13, 0), None, False)  # the driver is too old to start it, too
+    smi = doctor.parse_nvidia_smi("NVIDIA GeForce GTX 1050 Ti, 566.36, 6.1\n", WINDOWS_566_HEADER)
+    advice = doctor.advise(build, smi, "Windows", "AMD64")
+    assert advice.case == doctor.CASE_NO_KERNELS and index_urls(advice) == ["https://download.pytorch.org/whl/cu126"]
+
+
+def test_mx150_on_a_470_driver_gets_the_driver_first_then_torch_2_7_cu118():
+    advice = doctor.advise(CPU_ONLY_PYPI, MX150_470, "Windows", "AMD64")
+    assert advice.case == doctor.CASE_CPU_BUILD
+    assert advice.steps[1].startswith("Best: update the NVIDIA driver")
+    assert index_urls(advice) == ["https://download.pytorch.org/whl/cu118"]
+    assert "torch==2.7.1 torchvision==0.22.1" in commands(advice)[1]
+
+
+@pytest.mark.parametrize("build", [CPU_ONLY_PYPI, cuda_build((12, 6), ((12, 0),), doctor.PRE_TURING)])
+def test_rtx_5070_on_a_12_8_driver_is_told_to_update_the_driver(build):
+    advice = doctor.advise(build, RTX_5070_128, "Windows", "AMD64")
+    assert advice.case in (doctor.CASE_DRIVER_TOO_OLD, doctor.CASE_NO_KERNELS)
+    assert "RTX 5070 (compute capability 12.0)" in advice.summary
+    assert doctor.DRIVER_PAGE in advice.steps[0] and index_urls(advice) == []  # no cu126: it has no Blackwell kernels
+    assert "branch 580 or newer runs the CUDA 13.0 build" in advice.steps[1]
+
+
+def test_rtx_5070_on_a_580_driver_gets_cu130():
+    advice = doctor.advise(CPU_ONLY_PYPI, RTX_5070_580, "Linux", "x86_64")
+    assert advice.case == doctor.CASE_CPU_BUILD and index_urls(advice) == ["https://download.pytorch.org/whl/cu130"]
+    assert doctor.advise(cuda_build((13, 0), ((12, 0),), CU130_ARCHS), RTX_5070_580).case == doctor.CASE_WORKS
+
+
+def test_rtx_3060_on_a_12_4_driver():
+    advice = doctor.advise(CPU_ONLY_PYPI, RTX_3060_124, "Windows", "AMD64")
+    assert index_urls(advice) == ["https://download.pytorch.org/whl/cu126"]
+    assert doctor.advise(cuda_build((12, 6), ((8, 6),), doctor.PRE_TURING), RTX_3060_124).case == doctor.CASE_WORKS
+
+
+def test_no_kernel_image_on_the_first_convolution():
+    error = "cuda:0: CUDA error: no kernel image is available for execution on the device"
+    build = cuda_build((13, 0), (), CU130_ARCHS, kernel_error=error)  # capability unknown: the probe decides
+    advice = doctor.advise(build, GTX_1060_580, "Linux", "x86_64")
+    assert advice.case == doctor.CASE_NO_KERNELS and index_urls(advice) == ["https://download.pytorch.org/whl/cu126"]
+
+
+def test_another_kernel_failure_is_not_called_working():
+    build = cuda_build((13, 0), ((8, 6),), CU130_ARCHS, kernel_error="cuda:0: CUDA error: unspecified launch failure")
+    assert doctor.advise(build, LINUX, "Linux", "x86_64").case == doctor.CASE_GPU_NOT_USABLE
+
+
+def test_the_probe_runs_a_convolution_on_every_cuda_device(monkeypatch):
+    devices = []
+    monkeypatch.setattr(doctor.torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(doctor.torch.cuda, "synchronize", lambda i: devices.append(i))
+    monkeypatch.setattr(doctor.torch.nn.Conv2d, "to", lambda self, device: self)
+    real_rand = torch.rand
+    monkeypatch.setattr(doctor.torch, "rand", lambda *shape, device: real_rand(*shape))
+    assert doctor.probe_kernels() is None and devices == [0, 1]
+
+    def no_kernel(self, x):
+        raise torch.AcceleratorError("CUDA error: no kernel image is available for execution on the device\nmore")
+
+    monkeypatch.setattr(doctor.torch.nn.Conv2d, "forward", no_kernel)
+    assert doctor.probe_kernels() == "cuda:0: CUDA error: no kernel image is available for execution on the device"
+
+
+def test_run_on_a_build_without_kernels_skips_the_gpu_speed_test(monkeypatch, capsys):
+    build = cuda_build((13, 0), ((6, 1),), CU130_ARCHS, kernel_error="cuda:0: CUDA error: no kernel image is available")
+    monkeypatch.setattr(doctor, "torch_build", lambda: build)
+    monkeypatch.setattr(doctor, "read_nvidia_smi", lambda: GTX_1060_580)
+    monkeypatch.setattr(doctor, "describe_devices", lambda: "cpu, cuda:0")
+    monkeypatch.setattr(doctor, "best_accelerator", lambda: torch.device("cuda", 0))
+    speeds = []
+    monkeypatch.setattr(doctor, "training_speed", lambda device, steps: speeds.append(str(device)) or 1000.0)
+    doctor.run()
+    out = capsys.readouterr().out
+    assert speeds == ["cpu"] and "kernel check: failed: cuda:0: CUDA error: no kernel image" in out
+    assert len(out.splitlines()) <= 24 and "https://mirror.nju.edu.cn/pytorch/whl/cu126" in out
+
+
 @pytest.mark.parametrize("build, smi", [(CPU_ONLY, WINDOWS), (CPU_ONLY, OLD), (CU130_IDLE, WINDOWS),
-                                        (CU126_IDLE, LINUX), (CPU_ONLY, None)])
+                                        (CU126_IDLE, LINUX), (CPU_ONLY, None), (CPU_ONLY, GTX_1060_580),
+                                        (CPU_ONLY, RTX_5070_128), (CPU_ONLY, MX150_470)])
 def test_printed_commands_can_be_copied_as_they_are(build, smi):
     advice = doctor.advise(build, smi, "Windows", "AMD64")
     for command in commands(advice):
         words = shlex.split(command)  # quotes balanced, nothing cut off
         assert words[0] == "python" or words[0].startswith("https://"), command
+        assert len(command) <= 116, command  # with its indent, fits a 120-column terminal: never wrapped
         assert "\n" not in command and not command.endswith(("\\", "^", "`")), command  # no continuation lines
 
 
@@ -245,8 +370,9 @@ def fake_nvidia_smi(monkeypatch, query, header, returncode=0):
 def test_read_nvidia_smi_runs_both_commands_with_a_timeout(monkeypatch):
     calls = fake_nvidia_smi(monkeypatch, LINUX_580_QUERY, LINUX_580_HEADER)
     assert doctor.read_nvidia_smi() == LINUX
-    assert [args[1:] for args, _ in calls] == [["--query-gpu=name,driver_version", "--format=csv,noheader"], []]
-    assert all(kw.get("timeout") for _, kw in calls)
+    assert [args[1:] for args, _ in calls] == [
+        ["--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"], []]
+    assert all(kw.get("timeout") and kw.get("errors") == "replace" for _, kw in calls)
 
 
 def test_read_nvidia_smi_without_nvidia_smi(monkeypatch):
@@ -255,16 +381,68 @@ def test_read_nvidia_smi_without_nvidia_smi(monkeypatch):
     assert doctor.read_nvidia_smi() is None
 
 
-def test_read_nvidia_smi_that_fails_or_hangs(monkeypatch):
+def test_nvidia_smi_exit_9_is_the_driver_not_loaded(monkeypatch):
     fake_nvidia_smi(monkeypatch, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
                     "", returncode=9)
-    assert doctor.read_nvidia_smi() is None
+    smi = doctor.read_nvidia_smi()
+    assert smi == doctor.SmiFailure(9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
+    assert doctor.describe_smi(smi).startswith("failed (exit code 9: NVIDIA-SMI has failed")
+    advice = doctor.advise(CPU_ONLY, smi, "Linux", "x86_64")
+    assert advice.case == doctor.CASE_SMI_FAILED and "driver is not loaded" in advice.summary
+    assert advice.steps[0].startswith("Restart the computer") and commands(advice) == [doctor.DRIVER_PAGE]
 
-    def hang(args, **kwargs):
-        raise subprocess.TimeoutExpired(args, kwargs["timeout"])
 
-    monkeypatch.setattr(doctor.subprocess, "run", hang)
-    assert doctor.read_nvidia_smi() is None
+@pytest.mark.parametrize("error, said", [(subprocess.TimeoutExpired("nvidia-smi", 10), "did not answer within 10 s"),
+                                         (PermissionError(13, "Permission denied"), "could not start")])
+def test_nvidia_smi_that_hangs_or_cannot_start(monkeypatch, error, said):
+    fake_nvidia_smi(monkeypatch, "", "")
+
+    def fail(args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(doctor.subprocess, "run", fail)
+    smi = doctor.read_nvidia_smi()
+    assert smi.code is None and said in smi.message
+    advice = doctor.advise(CPU_ONLY, smi, "Windows", "AMD64")
+    assert advice.case == doctor.CASE_SMI_FAILED and said in advice.summary and "not found" not in advice.summary
+
+
+def test_old_nvidia_smi_rejecting_compute_cap_falls_back_and_says_so(monkeypatch):
+    calls = []
+
+    def run(args, **kwargs):
+        calls.append(args)
+        if any("compute_cap" in a for a in args):
+            return subprocess.CompletedProcess(args, 2, stdout='Field "compute_cap" is not a valid field to query.\n')
+        out = LINUX_470_QUERY if any(a.startswith("--query-gpu") for a in args) else LINUX_470_HEADER
+        return subprocess.CompletedProcess(args, 0, stdout=out, stderr="")
+
+    monkeypatch.setattr(doctor.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(doctor.subprocess, "run", run)
+    smi = doctor.read_nvidia_smi()
+    assert smi == OLD and smi.caps == () and len(calls) == 3
+    assert "does not report compute capabilities" in doctor.describe_smi(smi)
+
+
+def test_undecodable_bytes_and_escapes_in_a_gpu_name_never_reach_the_terminal(tmp_path, monkeypatch):
+    fake = tmp_path / "nvidia-smi"  # a real process printing Latin-1 bytes and an ANSI escape
+    fake.write_bytes(b"#!/bin/sh\nif [ -n \"$1\" ]; then "
+                     b"printf 'GeForce \\351\\033[2J\\033]0;x\\007, 580.82.07, 6.1\\n'; "
+                     b"else printf 'CUDA Version: 13.0\\n'; fi\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(doctor.shutil, "which", lambda name: str(fake))
+    smi = doctor.read_nvidia_smi()
+    assert smi.caps == ((6, 1),) and smi.cuda == (13, 0)
+    assert smi.gpus == ("GeForce \ufffd?[2J?]0;x?",)
+    assert all(c.isprintable() for c in doctor.describe_smi(smi))
+
+
+def test_a_huge_number_of_gpus_is_summarised():
+    query = "NVIDIA H200, 580.82.07, 9.0\n" * 200_000
+    smi = doctor.parse_nvidia_smi(query, LINUX_580_HEADER)
+    line = doctor.describe_smi(smi)
+    assert len(smi.gpus) == 200_000 and line.count("NVIDIA H200") == 3 and "and 199,997 more" in line
+    assert len(line) < 250
 
 
 def test_torch_build_reads_the_installed_torch(monkeypatch):

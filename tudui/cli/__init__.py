@@ -88,7 +88,8 @@ def main(argv=None) -> int:
         print(f"tudui: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("tudui: interrupted (the last saved checkpoint is intact)", file=sys.stderr)
+        doctor = list(sys.argv[1:] if argv is None else argv)[:1] == ["doctor"]  # it saves nothing
+        print("tudui: interrupted" + ("" if doctor else " (the last saved checkpoint is intact)"), file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:
         if os.environ.get("TUDUI_DEBUG") == "1":

@@ -10,6 +10,7 @@ import platform
 import re
 import shutil
 import subprocess
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -19,18 +20,36 @@ from ..model import Tudui
 from ..timing import measure
 
 WHEELS = "https://download.pytorch.org/whl/"
+# NJU's mirror of that index, same folders (a simple index: --index-url works, dependencies included). Used by
+# Chinese projects' install scripts for cu118-cu130, Linux and Windows wheels (checked 2026-12-01); whether it
+# already holds every 2.14 wheel could not be verified from here. Aliyun's flat folders
+# (-f https://mirrors.aliyun.com/pytorch-wheels/cuXYZ/ with -i https://pypi.tuna.tsinghua.edu.cn/simple) are the other.
+MIRROR = "https://mirror.nju.edu.cn/pytorch/whl/"
 DRIVER_PAGE = "https://www.nvidia.com/Download/index.aspx"
 GPU_SECTION = "README.md, 'Getting a GPU build of torch'"
-CHECK = 'python -c "import torch; print(torch.cuda.is_available(), torch.version.cuda)"'
+CHECK = ("python -c \"import torch; print(torch.cuda.is_available(), torch.version.cuda, "
+         "torch.ones(1, device='cuda') + 1)\"")  # the last part runs a real kernel
 UNINSTALL = "python -m pip uninstall -y torch torchvision"
+SMI_TIMEOUT = 10.0  # seconds for each nvidia-smi call
 
-# CUDA builds of torch on https://download.pytorch.org/whl/cuXYZ, per release. Sources, checked September 2026:
+# CUDA builds of torch on https://download.pytorch.org/whl/cuXYZ, per release. Sources, checked 2026-12-01:
 # pytorch.org/get-started/previous-versions (2.7-2.9), the "PyTorch CUDA Support Matrix" in pytorch/pytorch's
 # RELEASE.md and its CUDA matrix RFCs (github.com/pytorch/pytorch/issues/172663, /178665, /190355).
 #   2.7: 11.8 12.6 12.8 | 2.8: 12.6 12.8 12.9 | 2.9-2.11: 12.6 12.8 13.0 | 2.12-2.14: 12.6 13.0 13.2
+# Their kernels (Linux x86_64 and Windows): PYTORCH_RELEASES_CODE_CC in torch 2.14.1's torch/cuda/__init__.py; the
+# installed cu130 build's torch.cuda.get_arch_list() is sm_75 sm_80 sm_86 sm_90 sm_100 sm_120. CUDA 13 has no
+# pre-Turing (< 7.5) kernels. cu118 of torch 2.7: 5.0-9.0 (RELEASE.md for 2.7), Python 3.9-3.13.
+# For 2.15, RFC github.com/pytorch/pytorch/issues/190385 (open on 2026-12-01) removes the 12.6 build.
+PRE_TURING = tuple("sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90".split())
+BUILD_ARCHS = {(11, 8): PRE_TURING, (12, 6): PRE_TURING,
+               (13, 0): tuple("sm_75 sm_80 sm_86 sm_90 sm_100 sm_120".split())}
+BUILD_ARCHS[(13, 2)] = BUILD_ARCHS[(13, 0)]
 CURRENT_BUILDS = ((12, 6), (13, 0), (13, 2))  # each index serves the newest torch (2.14)
 LEGACY_BUILD = (11, 8)                        # the last torch with CUDA 11 wheels: 2.7.1
 LEGACY_PINS = "torch==2.7.1 torchvision==0.22.1"
+# Driver branch 580 (CUDA 13.0) is the last for Maxwell, Pascal and Volta (NVIDIA's driver deprecation notice, 2025).
+R580_CUDA = (13, 0)
+NO_KERNEL = ("no kernel image", "not compatible with the current PyTorch", "does not include kernels")
 
 
 @dataclass(frozen=True)
@@ -39,6 +58,14 @@ class NvidiaSmi:
     gpus: tuple
     driver: str
     cuda: tuple | None  # (major, minor), or None when the header could not be read
+    caps: tuple = ()    # each GPU's compute capability (major, minor); () when this nvidia-smi does not report it
+
+
+@dataclass(frozen=True)
+class SmiFailure:
+    """``nvidia-smi`` is there but did not work."""
+    code: int | None  # its exit code; None when it did not finish or could not start
+    message: str
 
 
 @dataclass(frozen=True)
@@ -49,6 +76,9 @@ class TorchBuild:
     hip: str | None     # torch.version.hip: set for a ROCm (AMD GPU) build
     cuda_available: bool
     mps_available: bool = False
+    arch_list: tuple = ()           # torch.cuda.get_arch_list(): the GPU architectures it has kernels for
+    caps: tuple = ()                # the compute capability of each GPU torch sees
+    kernel_error: str | None = None  # what a convolution on a GPU raised (or torch warned); None: it ran
 
 
 @dataclass(frozen=True)
@@ -62,7 +92,9 @@ CASE_WORKS = "gpu-works"
 CASE_CPU_BUILD = "cpu-build-with-nvidia-gpu"
 CASE_BUILD_TOO_NEW = "build-newer-than-driver"
 CASE_DRIVER_TOO_OLD = "driver-too-old"
+CASE_NO_KERNELS = "build-without-kernels-for-gpu"
 CASE_GPU_NOT_USABLE = "gpu-not-usable"
+CASE_SMI_FAILED = "nvidia-smi-failed"
 CASE_NO_NVIDIA = "no-nvidia-gpu"
 
 
@@ -76,14 +108,26 @@ def dotted(version: tuple) -> str:
     return f"{version[0]}.{version[1]}"
 
 
+def printable(text: str, limit: int = 120) -> str:
+    """Text safe for a terminal: control characters (ANSI escapes too) become '?', and at most ``limit`` of them."""
+    text = "".join(c if c.isprintable() else "?" for c in text.strip())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def summarise(items, shown: int = 3) -> str:
+    """``a, b, c and 5 more``: a list that stays on one line however long it is."""
+    more = len(items) - shown
+    return ", ".join(items[:shown]) + (f" and {more:,} more" if more > 0 else "")
+
+
+GPU_ROW = re.compile(r"(?P<name>.+?),\s*(?P<driver>\d+(?:\.\d+)+)\s*(?:,\s*(?P<cap>[^,]*))?")
+
+
 def parse_gpu_query(text: str) -> list:
-    """``[(name, driver), ...]`` from ``nvidia-smi --query-gpu=name,driver_version --format=csv,noheader``."""
-    rows = []
-    for line in text.splitlines():
-        name, sep, driver = line.strip().rpartition(",")
-        if sep and name.strip() and re.fullmatch(r"\d+(\.\d+)+", driver.strip()):
-            rows.append((name.strip(), driver.strip()))
-    return rows
+    """``[(name, driver, cap), ...]`` from ``nvidia-smi --query-gpu=name,driver_version[,compute_cap]
+    --format=csv,noheader``; cap is None without that field."""
+    rows = [GPU_ROW.fullmatch(line.strip()) for line in text.splitlines()]
+    return [(printable(m["name"]), m["driver"], version_tuple(m["cap"])) for m in rows if m]
 
 
 def parse_cuda_version(header: str) -> tuple | None:
@@ -97,63 +141,91 @@ def parse_nvidia_smi(query: str, header: str) -> NvidiaSmi | None:
     rows = parse_gpu_query(query)
     if not rows:
         return None
-    return NvidiaSmi(tuple(name for name, _ in rows), rows[0][1], parse_cuda_version(header))
+    caps = tuple(cap for _, _, cap in rows)
+    return NvidiaSmi(tuple(name for name, _, _ in rows), rows[0][1], parse_cuda_version(header),
+                     caps if None not in caps else ())
 
 
-def wheel_tag(cuda: tuple) -> str:
-    return f"cu{cuda[0]}{cuda[1]}"
+def has_kernels(arch_list, cap: tuple) -> bool:
+    """Whether a build with ``arch_list`` runs on a GPU of compute capability ``cap``.
 
-
-def choose_build(driver_cuda: tuple | None) -> tuple | None:
-    """The CUDA build of torch to install for a driver that supports CUDA up to ``driver_cuda``.
-
-    The newest current build the driver supports; else the oldest current one of the
-    same major version, which such a driver runs too (NVIDIA's "minor version
-    compatibility": a 12.x build needs a 12.0+ driver, >= 525); else, for a CUDA 11
-    driver, the 11.8 build of torch 2.7; else None: the driver is too old.
+    Binary code ``sm_XY`` runs on X.Y and on newer GPUs of the same major version; PTX
+    (``compute_XY``) is compiled for any X.Y or newer GPU when first used.
     """
-    if driver_cuda is None:
-        return CURRENT_BUILDS[0]  # the header was unreadable: the build that asks least of the driver
-    supported = [b for b in CURRENT_BUILDS if b <= driver_cuda]
+    code = 10 * cap[0] + cap[1]
+    for kind, _, num in (arch.partition("_") for arch in arch_list):
+        if num.isdigit() and int(num) <= code and (kind == "compute" or int(num) // 10 == cap[0]):
+            return True
+    return False
+
+
+def missing_kernels(build: TorchBuild, caps: tuple) -> bool:
+    """A CUDA build whose kernels (its arch list, else the table above) do not cover every GPU."""
+    archs = build.arch_list or BUILD_ARCHS.get(build.cuda, ())
+    return bool(build.cuda and archs and caps) and not all(has_kernels(archs, cap) for cap in caps)
+
+
+def choose_build(driver_cuda: tuple | None, caps: tuple = ()) -> tuple | None:
+    """The CUDA build of torch to install: one with kernels for every GPU in ``caps``, that the driver runs.
+
+    The newest current build the driver supports; else the oldest of the driver's major
+    version, which it runs too (NVIDIA's "minor version compatibility", with a limited
+    feature set: a 12.x build needs a 12.0+ driver, >= 525); for a CUDA 11 driver that is the
+    11.8 build of torch 2.7. None: no build fits this driver.
+    """
+    fits = [b for b in CURRENT_BUILDS + (LEGACY_BUILD,) if all(has_kernels(BUILD_ARCHS[b], c) for c in caps)]
+    current = [b for b in fits if b in CURRENT_BUILDS]
+    if driver_cuda is None:  # the header was unreadable: the build that asks least of the driver
+        return current[0] if current else None
+    supported = [b for b in current if b <= driver_cuda]
     if supported:
         return supported[-1]
-    same_major = [b for b in CURRENT_BUILDS + (LEGACY_BUILD,) if b[0] == driver_cuda[0]]
+    same_major = [b for b in fits if b[0] == driver_cuda[0]]
     return min(same_major) if same_major else None
 
 
-def install_command(build: tuple) -> str:
+def install_command(build: tuple, index: str = WHEELS) -> str:
     pins = LEGACY_PINS if build == LEGACY_BUILD else "torch torchvision"
-    return f"python -m pip install {pins} --index-url {WHEELS}{wheel_tag(build)}"
+    return f"python -m pip install {pins} --index-url {index}cu{build[0]}{build[1]}"
+
+
+def install_lines(build: tuple) -> list:
+    """The install command, and the same through the mirror."""
+    return [f"    {install_command(build)}", "  or, faster in mainland China, the same wheels from the NJU mirror:",
+            f"    {install_command(build, MIRROR)}"]
 
 
 def why_this_build(build: tuple, driver_cuda: tuple | None) -> str:
     if build == LEGACY_BUILD:
-        return (f"torch 2.7's CUDA {dotted(build)} build (the last torch with CUDA 11 builds; "
-                "a newer driver gets you the current torch)")
+        return f"torch 2.7.1's CUDA {dotted(build)} build (the last torch with CUDA 11 builds; Python 3.9-3.13)"
     if driver_cuda is None:
         return f"the CUDA {dotted(build)} build of torch"
     if build <= driver_cuda:
-        return f"the CUDA {dotted(build)} build of torch, the newest this driver (CUDA {dotted(driver_cuda)}) supports"
+        return f"the CUDA {dotted(build)} build of torch, which this driver (CUDA {dotted(driver_cuda)}) runs"
     return f"the CUDA {dotted(build)} build of torch (a CUDA {dotted(driver_cuda)} driver runs any {build[0]}.x build)"
 
 
-def install_steps(build: tuple, driver_cuda: tuple | None) -> tuple:
-    """Uninstall, install the CUDA build, check; and the same inside a conda environment."""
-    return (f"Install {why_this_build(build, driver_cuda)}.",
-            "First remove the current torch, then install, then check (prints True and the CUDA version):",
-            f"    {UNINSTALL}",
-            f"    {install_command(build)}",
-            f"    {CHECK}",
-            "Anaconda: run the same commands inside the activated environment (conda activate NAME);",
-            f"PyTorch's own conda channel stopped at torch 2.5. More in {GPU_SECTION}.")
+def install_steps(build: tuple, driver_cuda: tuple | None, caps: tuple = ()) -> tuple:
+    """Uninstall, install the CUDA build (official index, then its mirror), check."""
+    lines = [f"Install {why_this_build(build, driver_cuda)}."]
+    if driver_cuda and build > driver_cuda:
+        lines.insert(0, f"Best: update the NVIDIA driver ({DRIVER_PAGE}), restart, run this doctor again. Or:")
+    if build == CURRENT_BUILDS[0] and caps and not all(has_kernels(BUILD_ARCHS[CURRENT_BUILDS[1]], c) for c in caps):
+        lines.append("Only this build has kernels for this GPU; torch 2.15 is planned without it (as of 2026-12).")
+    return (*lines, "Remove the current torch first (pip keeps an installed torch), then install, then check:",
+            f"    {UNINSTALL}", *install_lines(build), f"    {CHECK}",
+            f"Anaconda: the same commands, in the activated environment. More in {GPU_SECTION}.")
 
 
-def driver_steps(driver_cuda: tuple | None) -> tuple:
-    build = choose_build(driver_cuda)
+def driver_steps(driver_cuda: tuple | None, caps: tuple = ()) -> tuple:
     lines = [f"Update the NVIDIA driver ({DRIVER_PAGE}), restart, and run this doctor again."]
+    build, after = choose_build(driver_cuda, caps), caps and choose_build(R580_CUDA, caps)
     if build:
         lines += [f"Or keep the driver and install the CUDA {dotted(build)} build instead:",
-                  f"    {UNINSTALL}", f"    {install_command(build)}"]
+                  f"    {UNINSTALL}", *install_lines(build)]
+    elif after:
+        lines.append(f"A driver of branch 580 or newer runs the CUDA {dotted(after)} build, which has kernels "
+                     "for this GPU: the doctor then gives its commands.")
     else:
         lines.append("If NVIDIA offers no newer driver for this GPU, it is too old for current PyTorch "
                      "builds: train on the CPU (quick mode) or on Colab (notebook 05).")
@@ -163,34 +235,49 @@ def driver_steps(driver_cuda: tuple | None) -> tuple:
 def no_gpu_steps(build: TorchBuild, system: str, machine: str) -> tuple:
     lines = ["The CPU is fine for every lesson: they run in quick mode (a few thousand images).",
              "For full-size training, Colab (notebook 05) lends you a free GPU."]
-    if system == "Darwin" and machine == "arm64":
-        lines.append("This Mac's GPU (device 'mps') needs macOS 12.3 or newer: update macOS to train on it.")
+    if system == "Darwin" and machine == "arm64":  # MPS needs macOS 14 since torch 2.9 (pytorch/pytorch#162921)
+        lines.append("This Mac's GPU (device 'mps') needs macOS 14 (Sonoma) or newer: update macOS to train on it.")
     if build.cuda:
         lines += ["If this machine does have an NVIDIA GPU, install its driver (nvidia-smi comes with it):",
                   f"    {DRIVER_PAGE}"]
     return tuple(lines)
 
 
-def not_a_cuda_build(build: TorchBuild, smi: NvidiaSmi, system: str) -> Advice:
+def gpu_label(smi: NvidiaSmi, caps: tuple) -> str:
+    return f"{smi.gpus[0]} (compute capability {dotted(caps[0])})" if caps else smi.gpus[0]
+
+
+def not_a_cuda_build(build: TorchBuild, smi: NvidiaSmi, system: str, caps: tuple) -> Advice:
     """An NVIDIA GPU, and a torch built for the CPU only (or for AMD GPUs)."""
     made = f"built for AMD GPUs (ROCm {build.hip})" if build.hip else "CPU-only"
-    chosen = choose_build(smi.cuda)
+    chosen = choose_build(smi.cuda, caps)
     if chosen is None:
-        return Advice(CASE_DRIVER_TOO_OLD, f"This torch is {made}, and the driver of the {smi.gpus[0]} "
-                      f"(CUDA {dotted(smi.cuda)}) is too old for any CUDA build of torch 2.7+.",
-                      driver_steps(smi.cuda))
-    steps = install_steps(chosen, smi.cuda)
+        cuda = f"CUDA {dotted(smi.cuda)}" if smi.cuda else "CUDA version unknown"
+        return Advice(CASE_DRIVER_TOO_OLD, f"This torch is {made}, and driver {smi.driver} ({cuda}) is too old for "
+                      f"every torch build with kernels for the {gpu_label(smi, caps)}.",
+                      driver_steps(smi.cuda, caps))
+    steps = install_steps(chosen, smi.cuda, caps)
     if system == "Windows" and not build.hip:
         steps = ("(On Windows a plain `pip install torch` installs this CPU-only build.)",) + steps
-    return Advice(CASE_CPU_BUILD, f"This machine has an {smi.gpus[0]}, but this torch is {made}.", steps)
+    return Advice(CASE_CPU_BUILD, f"This machine has an {gpu_label(smi, caps)}, but this torch is {made}.", steps)
 
 
-def cuda_build_not_working(build: TorchBuild, smi: NvidiaSmi, visible: str | None) -> Advice:
-    """A CUDA build of torch and an NVIDIA driver, yet torch.cuda.is_available() is False."""
+def no_kernels(build: TorchBuild, smi, caps: tuple) -> Advice:
+    """A CUDA build without kernels for this GPU: CUDA looks available, the first real operation fails."""
+    driver_cuda = smi.cuda if isinstance(smi, NvidiaSmi) else None
+    gpu = gpu_label(smi, caps) if isinstance(smi, NvidiaSmi) else "GPU"
+    summary = f"This torch (CUDA {dotted(build.cuda)} build) has no kernels for the {gpu}: it cannot run on it."
+    chosen = choose_build(driver_cuda, caps)
+    steps = install_steps(chosen, driver_cuda, caps) if chosen else driver_steps(driver_cuda, caps)
+    return Advice(CASE_NO_KERNELS, summary, steps)
+
+
+def cuda_build_not_working(build: TorchBuild, smi: NvidiaSmi, visible: str | None, caps: tuple) -> Advice:
+    """A CUDA build of torch and an NVIDIA driver, yet no GPU is usable."""
     if smi.cuda and build.cuda > smi.cuda:
         return Advice(CASE_BUILD_TOO_NEW, f"This torch is a CUDA {dotted(build.cuda)} build, newer than driver "
                       f"{smi.driver} supports (CUDA {dotted(smi.cuda)}): torch cannot use the GPU.",
-                      driver_steps(smi.cuda))
+                      driver_steps(smi.cuda, caps))
     summary = f"torch has CUDA and the driver is new enough, but the {smi.gpus[0]} is not usable."
     if visible is not None and visible.strip() in ("", "-1"):
         return Advice(CASE_GPU_NOT_USABLE, summary, (f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU: unset it.",))
@@ -199,48 +286,104 @@ def cuda_build_not_working(build: TorchBuild, smi: NvidiaSmi, visible: str | Non
                    '    python -c "import torch; torch.zeros(1).cuda()"'))
 
 
-def advise(build: TorchBuild, smi: NvidiaSmi | None, system: str = "", machine: str = "",
-           visible: str | None = None) -> Advice:
+def smi_failed(failure: SmiFailure) -> Advice:
+    """nvidia-smi exists but failed: the driver is installed, and not working."""
+    what = "the NVIDIA driver is not loaded" if failure.code == 9 else "failed"
+    what = f"exited with code {failure.code} ({what})"
+    summary = f"nvidia-smi {failure.message if failure.code is None else what}: torch cannot use the GPU."
+    steps = ["Restart the computer. If nvidia-smi still fails, reinstall the NVIDIA driver:", f"    {DRIVER_PAGE}"]
+    if failure.code == 9:
+        steps.append("(Linux: a kernel update or Secure Boot can stop the driver loading; reinstall it.)")
+    elif failure.message and failure.code is not None:
+        steps.insert(0, f"It said: {failure.message}")
+    return Advice(CASE_SMI_FAILED, summary, tuple(steps))
+
+
+def advise(build: TorchBuild, smi, system: str = "", machine: str = "", visible: str | None = None) -> Advice:
     """Which situation holds, and the one thing to do.
 
-    system, machine: ``platform.system()`` and ``platform.machine()``; visible: $CUDA_VISIBLE_DEVICES.
+    smi: an NvidiaSmi, an SmiFailure, or None (no nvidia-smi); system, machine: ``platform.system()`` and
+    ``platform.machine()``; visible: $CUDA_VISIBLE_DEVICES.
     """
-    if build.cuda_available:
+    caps = build.caps or (smi.caps if isinstance(smi, NvidiaSmi) else ())
+    if build.cuda and (missing_kernels(build, caps) or any(p in (build.kernel_error or "") for p in NO_KERNEL)):
+        return no_kernels(build, smi, caps)
+    if build.cuda_available and not build.kernel_error:
         kind = "ROCm (AMD GPU)" if build.hip else "CUDA"
-        return Advice(CASE_WORKS, f"{kind} works: torch trains on the GPU.",
+        return Advice(CASE_WORKS, f"{kind} works: a convolution ran on the GPU, and torch trains on it.",
                       ("Nothing to do: the lessons pick the GPU themselves (tudui.pick_device(), --device auto).",))
     if build.mps_available:
         return Advice(CASE_WORKS, "The Apple GPU (MPS) works: torch trains on it as device 'mps'.",
                       ("Nothing to do: the lessons pick it themselves (tudui.pick_device(), --device auto).",))
+    if isinstance(smi, SmiFailure):
+        return smi_failed(smi)
     if smi is None:
         return Advice(CASE_NO_NVIDIA, "No NVIDIA GPU found (no nvidia-smi), and torch sees no other GPU.",
                       no_gpu_steps(build, system, machine))
     if build.cuda is None:
-        return not_a_cuda_build(build, smi, system)
-    return cuda_build_not_working(build, smi, visible)
+        return not_a_cuda_build(build, smi, system, caps)
+    return cuda_build_not_working(build, smi, visible, caps)
 
 
 # ---------------------------------------------------------------------------
 # Gathering the facts (everything below touches the machine).
 
-def read_nvidia_smi(timeout: float = 10.0) -> NvidiaSmi | None:
-    """Run ``nvidia-smi`` if it is on the PATH; None if it is not, fails or lists no GPU."""
+QUERY, CSV = "--query-gpu=name,driver_version", "--format=csv,noheader"
+
+
+def run_nvidia_smi(exe: str, *args, timeout: float):
+    return subprocess.run([exe, *args], capture_output=True, text=True, encoding="utf-8", errors="replace",
+                          timeout=timeout)
+
+
+def read_nvidia_smi(timeout: float = SMI_TIMEOUT) -> NvidiaSmi | SmiFailure | None:
+    """Run ``nvidia-smi`` if it is on the PATH; None if it is not, or lists no GPU."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
     try:
-        query = subprocess.run([exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                               capture_output=True, text=True, timeout=timeout)
-        header = subprocess.run([exe], capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return parse_nvidia_smi(query.stdout, header.stdout) if query.returncode == 0 else None
+        query = run_nvidia_smi(exe, QUERY + ",compute_cap", CSV, timeout=timeout)
+        if query.returncode != 0:  # nvidia-smi before about driver 510 rejects the field (exit code 2)
+            query = run_nvidia_smi(exe, QUERY, CSV, timeout=timeout)
+        if query.returncode != 0:
+            return SmiFailure(query.returncode, printable((query.stdout + query.stderr).strip().split("\n")[0]))
+        header = run_nvidia_smi(exe, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return SmiFailure(None, f"did not answer within {timeout:.0f} s (the driver is not responding)")
+    except OSError as exc:
+        return SmiFailure(None, printable(f"could not start ({exc})"))
+    return parse_nvidia_smi(query.stdout, header.stdout)
+
+
+def first_line(text) -> str:
+    return printable(str(text).strip().split("\n")[0]) if text else ""
+
+
+def probe_kernels() -> str | None:
+    """Run one small convolution step (forward and backward) on every CUDA device: None, or the first error."""
+    for i in range(torch.cuda.device_count()):
+        try:
+            conv = torch.nn.Conv2d(3, 4, 3).to(f"cuda:{i}")
+            conv(torch.rand(2, 3, 8, 8, device=f"cuda:{i}")).sum().backward()
+            torch.cuda.synchronize(i)
+        except RuntimeError as exc:  # "CUDA error: no kernel image is available for execution on the device"
+            return f"cuda:{i}: {first_line(exc)}"
+    return None
 
 
 def torch_build() -> TorchBuild:
+    """The installed torch; with a usable CUDA device, its capabilities, its arch list and the kernel probe."""
     mps = getattr(torch.backends, "mps", None)
+    available, caps, archs, error = torch.cuda.is_available(), (), (), None
+    if available:
+        with warnings.catch_warnings(record=True) as caught:  # torch's capability warning: the advice says it
+            warnings.simplefilter("always")
+            caps = tuple(torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count()))
+            archs, error = tuple(torch.cuda.get_arch_list()), probe_kernels()
+        warned = [str(w.message) for w in caught if any(p in str(w.message) for p in NO_KERNEL)]
+        error = error or (first_line(warned[0]) if warned else None)
     return TorchBuild(torch.__version__, version_tuple(torch.version.cuda), getattr(torch.version, "hip", None),
-                      torch.cuda.is_available(), bool(mps and mps.is_available()))
+                      available, bool(mps and mps.is_available()), archs, caps, error)
 
 
 def describe_build(build: TorchBuild) -> str:
@@ -249,11 +392,15 @@ def describe_build(build: TorchBuild) -> str:
     return f"CUDA {dotted(build.cuda)} build" if build.cuda else "CPU-only build"
 
 
-def describe_smi(smi: NvidiaSmi | None) -> str:
+def describe_smi(smi) -> str:
     if smi is None:
         return "not found (no NVIDIA driver on the PATH)"
+    if isinstance(smi, SmiFailure):
+        return f"failed ({smi.message if smi.code is None else f'exit code {smi.code}: {smi.message}'})"
+    gpus = [f"{g} (compute capability {dotted(c)})" for g, c in zip(smi.gpus, smi.caps)] or list(smi.gpus)
     cuda = f"supports CUDA up to {dotted(smi.cuda)}" if smi.cuda else "CUDA version not shown"
-    return f"{', '.join(smi.gpus)}; driver {smi.driver}, {cuda}"
+    caps = "" if smi.caps else " (this nvidia-smi does not report compute capabilities)"
+    return f"{summarise(gpus)}; driver {smi.driver}, {cuda}{caps}"
 
 
 def describe_devices() -> str:
@@ -265,7 +412,7 @@ def describe_devices() -> str:
             names.append(f"cuda:{i} ({p.name}, {p.total_memory / 2**30:.1f} GiB)")
     elif best_accelerator() is not None:
         names.append(str(best_accelerator()))
-    return ", ".join(names)
+    return summarise(names, shown=4)
 
 
 WARMUP_STEPS = 3  # untimed: the first steps pay one-off costs (memory, kernel choice, on a GPU its start-up)
@@ -308,11 +455,14 @@ def run(steps: int = 10) -> None:
     steps: training steps per timed measurement (the median of 5 after a warm-up, on each device).
     """
     build, smi = torch_build(), read_nvidia_smi()
-    accelerator = best_accelerator()
+    accelerator = None if build.kernel_error else best_accelerator()  # no speed test where no kernel runs
     print(f"torch {build.version}: {describe_build(build)}; Python {platform.python_version()} "
           f"on {platform.system()} {platform.machine()}")
     print(f"nvidia-smi: {describe_smi(smi)}")
     print(f"devices torch can use: {describe_devices()}")
+    if build.cuda_available:
+        ran = f"failed: {build.kernel_error}" if build.kernel_error else "a convolution ran on every GPU"
+        print(f"kernel check: {ran}")
     for line in speed_lines(accelerator, steps):
         print(line)
     advice = advise(build, smi, platform.system(), platform.machine(), os.environ.get("CUDA_VISIBLE_DEVICES"))
