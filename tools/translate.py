@@ -75,13 +75,13 @@ def python_tokens(source: str) -> list:
 
 
 def blank_text(string: str) -> str:
-    """A printed string literal without its text: its prefix, and the expressions of an f-string."""
-    prefix = string[:min(string.find(q) for q in "'\"" if q in string)].lower()
+    """A printed string literal without its text: its prefix, and the expressions of an f-string
+    (in any order: a translation may put them in another order)."""
+    prefix = "".join(sorted(string[:min(string.find(q) for q in "'\"" if q in string)].lower()))
     node = ast.parse(string, mode="eval").body
     if isinstance(node, ast.JoinedStr):
-        node.values = [v for v in node.values if not isinstance(v, ast.Constant)]
-        return "".join(sorted(prefix)) + ast.dump(node)
-    return "".join(sorted(prefix))
+        return prefix + repr(sorted(ast.dump(v) for v in node.values if not isinstance(v, ast.Constant)))
+    return prefix
 
 
 def call_name(before) -> str:
@@ -107,13 +107,13 @@ def printed(frame) -> bool:
 
 
 def split_code(source: str):
-    """(code, texts): the code as (type, text, whitespace before it, line) of each token that must be
-    the same in both editions, and the texts that may be translated (comments, printed strings).
+    """(code, texts): the code as (type, text, whitespace before it, line, source text) of each token
+    that must be the same in both editions (all but the last two), and the texts that may be translated (comments, printed strings).
     Comments and the lines they stand on are left out of the code, printed strings blanked."""
     try:
         tokens = python_tokens(source)
     except (tokenize.TokenError, SyntaxError) as exc:
-        return [("UNPARSED", f"{source} ({exc})", 0, 1)], []
+        return [("UNPARSED", source, 0, 1, f"a cell tokenize cannot read ({exc})")], []
     code, texts, frames = [], [], []  # frames: [call name, argument index, keyword] of each open bracket
     previous = None
     for i, tok in enumerate(tokens):
@@ -140,7 +140,7 @@ def split_code(source: str):
             gap = tok.start[1] - previous.end[1]
         else:
             gap = tok.start[1]
-        code.append((tok.type, text, gap, tok.start[0]))
+        code.append((tok.type, text, gap, tok.start[0], tok.string))
         previous = tok
     return code, texts
 
@@ -175,7 +175,7 @@ def same_code(english: str, chinese: str):
     en, zh = split_code(with_lang(english))[0], split_code(chinese)[0]
     for a, b in zip(en, zh):
         if a[:3] != b[:3]:
-            return f"English line {a[3]} {a[1]!r} vs Chinese line {b[3]} {b[1]!r}"
+            return f"English line {a[3]} {a[4]!r} vs Chinese line {b[3]} {b[4]!r}"
     if len(en) != len(zh):
         return f"the {'English' if len(en) > len(zh) else 'Chinese'} cell goes on after the other ends"
     return None
