@@ -242,7 +242,7 @@ def test_a_recording_is_labelled_in_the_notebooks_language(one_recording, capsys
 
 @pytest.mark.parametrize("lang, on_gpu, shown", [
     ("en", "a speed in images/s.", "No GPU here. On a GPU this cell shows a speed in images/s."),
-    ("zh", "以 images/s 计的速度。", "这里没有 GPU。在 GPU 上这个单元格会显示以 images/s 计的速度。"),
+    ("zh", "以 images/s 计的速度。", "这里没有 GPU。在 GPU 上，这个单元格会显示：以 images/s 计的速度。"),
     ("en", "", "No GPU here."),
     ("zh", "", "这里没有 GPU。"),
 ])

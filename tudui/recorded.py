@@ -32,7 +32,7 @@ def find_recording(notebook: str, key: str):
 LABELS = {  # what show_recorded prints around a recording, in the notebook's language
     "en": {"none": "No GPU here.", "placeholder": "No GPU here. On a GPU this cell shows {on_gpu}",
            "recorded": "No GPU here. Recorded on {device}, torch {torch}, {date} (not a live run):"},
-    "zh": {"none": "这里没有 GPU。", "placeholder": "这里没有 GPU。在 GPU 上这个单元格会显示{on_gpu}",
+    "zh": {"none": "这里没有 GPU。", "placeholder": "这里没有 GPU。在 GPU 上，这个单元格会显示：{on_gpu}",
            "recorded": "这里没有 GPU。以下是在 {device}、torch {torch}、{date} 录制的输出（不是现场运行）："},
 }
 
