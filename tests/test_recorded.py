@@ -218,3 +218,40 @@ def test_one_run_that_cannot_be_recorded_does_not_stop_the_others(tmp_path, caps
     assert json.loads((tmp_path / "recorded" / "99-fixture.json").read_text())["d1"]["outputs"] == ["live\n"]
     out, err = capsys.readouterr()
     assert err.startswith("record_outputs: error: ") and err.count("\n") == 1 and "b.json: recorded in" in out
+
+
+@pytest.fixture
+def one_recording(tmp_path, monkeypatch):
+    """tmp_path as the package, with one recording of 99-fixture's key "k"."""
+    (tmp_path / "recordings").mkdir()
+    entry = {"key": "k", "source_sha": "0", "outputs": ["line 1\n"], "device": "NVIDIA H200",
+             "torch": "2.11.0+cu130", "date": "2026-05-01"}
+    (tmp_path / "recordings" / "99-fixture.json").write_text(json.dumps({"c1": entry}))
+    monkeypatch.setattr(tudui.recorded.resources, "files", lambda package: tmp_path)
+
+
+@pytest.mark.parametrize("lang, label", [
+    ("en", "No GPU here. Recorded on NVIDIA H200, torch 2.11.0+cu130, 2026-05-01 (not a live run):"),
+    ("zh", "这里没有 GPU。以下是在 NVIDIA H200、torch 2.11.0+cu130、2026-05-01 录制的输出（不是现场运行）："),
+])
+def test_a_recording_is_labelled_in_the_notebooks_language(one_recording, capsys, lang, label):
+    show_recorded("99-fixture", "k", "ignored: there is a recording", lang=lang)
+    assert capsys.readouterr().out == f"{label}\n    line 1\n"
+
+
+@pytest.mark.parametrize("lang, on_gpu, shown", [
+    ("en", "a speed in images/s.", "No GPU here. On a GPU this cell shows a speed in images/s."),
+    ("zh", "以 images/s 计的速度。", "这里没有 GPU。在 GPU 上，这个单元格会显示：以 images/s 计的速度。"),
+    ("en", "", "No GPU here."),
+    ("zh", "", "这里没有 GPU。"),
+])
+def test_a_placeholder_is_in_the_notebooks_language(one_recording, capsys, lang, on_gpu, shown):
+    show_recorded("99-fixture", "no such key", on_gpu, lang=lang)
+    assert capsys.readouterr().out == shown + "\n"
+
+
+def test_an_unknown_language_is_one_clear_error(one_recording, capsys):
+    with pytest.raises(ValueError) as error:
+        show_recorded("99-fixture", "k", lang="cn")
+    assert str(error.value) == "lang must be one of ['en', 'zh'] (the notebook's language), not 'cn'"
+    assert capsys.readouterr().out == ""

@@ -9,6 +9,8 @@ A notebook cell that needs a GPU ends in one call in its ``else:`` branch::
 
 The recordings ship inside the package (``tudui/recordings/NN-name.json``, one entry per cell id),
 so a ``pip install`` of tudui shows them too; see the README in that folder for how they are made.
+The Chinese edition of a lesson (notebooks/zh/) has the same cell ids and passes ``lang="zh"``:
+one recording serves both editions.
 """
 from __future__ import annotations
 
@@ -27,13 +29,25 @@ def find_recording(notebook: str, key: str):
     return next((entry for entry in entries if entry.get("key") == key), None)
 
 
-def show_recorded(notebook: str, key: str, on_gpu: str = "") -> None:
+LABELS = {  # what show_recorded prints around a recording, in the notebook's language
+    "en": {"none": "No GPU here.", "placeholder": "No GPU here. On a GPU this cell shows {on_gpu}",
+           "recorded": "No GPU here. Recorded on {device}, torch {torch}, {date} (not a live run):"},
+    "zh": {"none": "这里没有 GPU。", "placeholder": "这里没有 GPU。在 GPU 上，这个单元格会显示：{on_gpu}",
+           "recorded": "这里没有 GPU。以下是在 {device}、torch {torch}、{date} 录制的输出（不是现场运行）："},
+}
+
+
+def show_recorded(notebook: str, key: str, on_gpu: str = "", lang: str = "en") -> None:
     """Print what this cell printed on a real GPU, labelled as recorded; without a recording,
-    what a GPU would show (``on_gpu``). Never passes a recording off as live."""
+    what a GPU would show (``on_gpu``). Never passes a recording off as live. ``lang`` is the
+    notebook's language ("en" or "zh"): both editions of a lesson share its recordings."""
+    if lang not in LABELS:
+        raise ValueError(f"lang must be one of {sorted(LABELS)} (the notebook's language), not {lang!r}")
+    labels = LABELS[lang]
     entry = find_recording(notebook, key)
     if entry is None:
-        print(f"No GPU here. On a GPU this cell shows {on_gpu}" if on_gpu else "No GPU here.")
+        print(labels["placeholder"].format(on_gpu=on_gpu) if on_gpu else labels["none"])
         return
-    print(f"No GPU here. Recorded on {entry['device']}, torch {entry['torch']}, {entry['date']} (not a live run):")
+    print(labels["recorded"].format(**entry))
     text = "".join(entry["outputs"])
     print("\n".join("    " + line for line in text.rstrip("\n").splitlines()))
