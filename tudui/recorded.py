@@ -34,6 +34,8 @@ def show_recorded(notebook: str, key: str, on_gpu: str = "") -> None:
     if entry is None:
         print(f"No GPU here. On a GPU this cell shows {on_gpu}" if on_gpu else "No GPU here.")
         return
-    print(f"No GPU here. Recorded on {entry['device']}, torch {entry['torch']}, {entry['date']} (not a live run):")
+    settings = f", {entry['settings']}" if entry.get("settings") else ""  # e.g. "quick sizes, synthetic data"
+    print(f"No GPU here. Recorded on {entry['device']}, torch {entry['torch']}, {entry['date']}{settings} "
+          "(not a live run):")
     text = "".join(entry["outputs"])
     print("\n".join("    " + line for line in text.rstrip("\n").splitlines()))
