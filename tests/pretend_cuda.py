@@ -8,8 +8,7 @@ raises ("Expected all tensors to be on the same device"). CPU scalars (0-dim ten
 Underneath, an OnCuda tensor is on torch's ``meta`` device: autograd and the optimizers then never ask a
 CUDA driver for anything. torch.cuda's questions get the answers of one GPU; anything else that would start
 the real CUDA runtime raises instead. ``torch.load(..., map_location="cuda")`` gives CPU tensors (copied onto
-the device by ``load_state_dict``, as across devices on a GPU). Not covered: whole modules pickled with ``torch.save`` (state_dicts
-are), CUDA events and streams, several GPUs.
+the device by ``load_state_dict``, as across devices on a GPU). Not covered: CUDA events and streams, several GPUs.
 """
 from __future__ import annotations
 
@@ -128,7 +127,13 @@ class _Redirect(TorchFunctionMode):
 
 
 def _save(real_save):
-    def save(obj, *args, **kwargs):  # a state_dict saved from cuda: its values, as torch.save writes them
+    def save(obj, *args, **kwargs):  # saved from cuda: its values, as torch.save writes them
+        if isinstance(obj, torch.nn.Module) and any(isinstance(p, OnCuda) for p in obj.parameters()):
+            obj.cpu()  # a whole module: pickled from the CPU, then back (the same Parameter objects)
+            try:
+                return real_save(obj, *args, **kwargs)
+            finally:
+                obj.cuda()
         return real_save(tree_map(to_cpu, obj), *args, **kwargs)
     return save
 
@@ -171,5 +176,9 @@ def pretend_cuda():
         stack.enter_context(mock.patch.object(torch.Tensor, "pin_memory", lambda self, device=None: self))
         stack.enter_context(mock.patch.object(torch, "save", _save(torch.save)))
         stack.enter_context(mock.patch.object(torch, "load", _load(torch.load)))
+        # module.to(cuda) keeps its Parameter objects, as on a GPU (an optimizer made before still holds them)
+        swap = torch.__future__.get_swap_module_params_on_conversion()
+        torch.__future__.set_swap_module_params_on_conversion(True)
+        stack.callback(torch.__future__.set_swap_module_params_on_conversion, swap)
         stack.enter_context(_Redirect())
         yield

@@ -6,6 +6,7 @@ import inspect
 import json
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -152,8 +153,6 @@ def test_the_cli_trains_on_cuda_and_resumes_on_cuda_and_cpu(cuda, tmp_path, caps
 # CUDA with the cells before them. Cells that cannot run here, and why:
 CANNOT_RUN = {
     "06-device-errors:3f1b252e": "starts CUDA in a new Python process, where nothing is pretended",
-    "04-switching-devices:fa9d7c40": "pickles a whole module from cuda with torch.save",
-    "06-device-errors:b016e0d6": "pickles a whole module from cuda with torch.save",
 }
 GPU_BRANCH = "if torch.cuda.is_available():"
 
@@ -180,7 +179,9 @@ def test_notebook_gpu_branches_run_on_pretend_cuda(cuda, path, cells, monkeypatc
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.chdir(tmp_path)
     last = max(i for i, c in enumerate(cells) if GPU_BRANCH in "".join(c["source"]))
-    namespace = {"__name__": "__main__"}
+    main = types.ModuleType("__main__")  # pickle finds the notebook's classes as __main__.X, as in Jupyter
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    namespace = main.__dict__
     for index, cell in enumerate(cells[:last + 1]):
         source = "".join(cell["source"])
         if f"{path.stem}:{cell.get('id')}" in CANNOT_RUN or "raises-exception" in cell["metadata"].get("tags", []):
