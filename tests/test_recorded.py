@@ -255,3 +255,43 @@ def test_an_unknown_language_is_one_clear_error(one_recording, capsys):
         show_recorded("99-fixture", "k", lang="cn")
     assert str(error.value) == "lang must be one of ['en', 'zh'] (the notebook's language), not 'cn'"
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("notebook", sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb")), ids=lambda p: p.name)
+def test_every_show_recorded_cell_ignores_its_output_in_nbval(notebook):
+    """Once its recording is installed, such a cell prints the recording, not what the notebook stored."""
+    untagged = [c.get("id") for c in code_cells(notebook) if calls_in("".join(c["source"]))
+                and "nbval-ignore-output" not in c.get("metadata", {}).get("tags", [])]
+    assert not untagged, f"{notebook.name}: tag these show_recorded cells nbval-ignore-output: {untagged}"
+
+
+@pytest.mark.parametrize("recording", sorted(RECORDED.glob("*.json")), ids=lambda p: p.name)
+def test_installed_recordings_come_from_a_gpu_and_the_notebook_shows_them(recording):
+    """A dry run's recording (made on the CPU) is never installed; the notebook is re-executed after one is."""
+    cells = {c.get("id"): c for c in code_cells(NOTEBOOKS / f"{recording.stem}.ipynb")}
+    for cell_id, entry in json.loads(recording.read_text(encoding="utf-8")).items():
+        assert not entry["device"].startswith("CPU"), f"{recording.name} cell id {cell_id}: recorded without a GPU"
+        shown = "".join("".join(o.get("text", "")) for o in cells.get(cell_id, {}).get("outputs", []))
+        assert shown.startswith(f"No GPU here. Recorded on {entry['device']}"), \
+            f"{recording.name} cell id {cell_id}: re-execute the notebook (tools/execute_notebooks.py) and commit it"
+
+
+def test_the_label_names_the_settings_of_the_run(tmp_path, monkeypatch, capsys):
+    (tmp_path / "recordings").mkdir()
+    entry = {"key": "k", "source_sha": "0", "outputs": ["x\n"], "device": "NVIDIA H200", "torch": "2.11.0",
+             "date": "2026-05-01", "settings": "quick sizes, synthetic data"}
+    (tmp_path / "recordings" / "99-fixture.json").write_text(json.dumps({"c1": entry}))
+    monkeypatch.setattr(tudui.recorded.resources, "files", lambda package: tmp_path)
+    show_recorded("99-fixture", "k")
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "No GPU here. Recorded on NVIDIA H200, torch 2.11.0, 2026-05-01, quick sizes, synthetic data (not a live run):")
+
+
+@pytest.mark.slow
+def test_the_gpu_check_fails_a_pytest_run_with_a_skip(tmp_path):
+    (tmp_path / "test_x.py").write_text("import pytest\ndef test_a(): pass\n"
+                                        "@pytest.mark.skip(reason='no GPU')\ndef test_b(): pass\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-o",
+                           "addopts=", "-p", "tools.no_skips", "-q", str(tmp_path / "test_x.py")], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "no_skips: 1 test(s) skipped" in done.stdout, done.stdout + done.stderr

@@ -26,7 +26,8 @@ class RecordError(Exception):
 
 def entry(run: dict, cell: dict, key: str) -> dict:
     return {"key": key, "source_sha": cell["source_sha"], "outputs": cell["outputs"],
-            "device": run["device"], "torch": run["torch"], "date": run["date"]}
+            "device": run["device"], "torch": run["torch"], "date": run["date"],
+            "settings": run.get("settings", ""), "commit": run.get("commit", "")}
 
 
 def recordings(run: dict, allow_cpu: bool = False) -> dict:

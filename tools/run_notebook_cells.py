@@ -104,6 +104,13 @@ def device_name() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU (no GPU)"
 
 
+def settings() -> str:
+    """The run's settings, as a recording's label shows them: "quick sizes, synthetic data" in the GPU check."""
+    import tudui  # the notebook has imported it already
+    sizes = "quick sizes" if tudui.quick_mode() else "full sizes"
+    return f"{sizes}, {'synthetic data' if os.environ.get('TUDUI_DATA') == 'synthetic' else 'CIFAR-10'}"
+
+
 def run_notebook(path: Path, save) -> dict:
     """Run every code cell of ``path`` in the current directory, in one fresh ``__main__`` namespace;
     ``save(run)`` after each cell, so a run stopped by a time limit still shows how far it got."""
@@ -120,6 +127,7 @@ def run_notebook(path: Path, save) -> dict:
                 save(run)
     finally:
         sys.modules["__main__"] = real_main
+    run["settings"], run["commit"] = settings(), os.environ.get("TESTED_COMMIT", "")
     run["device"] = device_name()  # asked last: asking starts CUDA, which the lesson should do itself
     save(run)
     return run

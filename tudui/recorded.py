@@ -31,9 +31,11 @@ def find_recording(notebook: str, key: str):
 
 LABELS = {  # what show_recorded prints around a recording, in the notebook's language
     "en": {"none": "No GPU here.", "placeholder": "No GPU here. On a GPU this cell shows {on_gpu}",
-           "recorded": "No GPU here. Recorded on {device}, torch {torch}, {date} (not a live run):"},
+           "recorded": "No GPU here. Recorded on {device}, torch {torch}, {date}{settings} (not a live run):",
+           "comma": ", "},
     "zh": {"none": "这里没有 GPU。", "placeholder": "这里没有 GPU。在 GPU 上，这个单元格会显示：{on_gpu}",
-           "recorded": "这里没有 GPU。以下是在 {device}、torch {torch}、{date} 录制的输出（不是现场运行）："},
+           "recorded": "这里没有 GPU。以下是在 {device}、torch {torch}、{date}{settings} 录制的输出（不是现场运行）：",
+           "comma": "，"},
 }
 
 
@@ -48,6 +50,7 @@ def show_recorded(notebook: str, key: str, on_gpu: str = "", lang: str = "en") -
     if entry is None:
         print(labels["placeholder"].format(on_gpu=on_gpu) if on_gpu else labels["none"])
         return
-    print(labels["recorded"].format(**entry))
+    settings = entry.get("settings")  # e.g. "quick sizes, synthetic data"
+    print(labels["recorded"].format(**{**entry, "settings": f"{labels['comma']}{settings}" if settings else ""}))
     text = "".join(entry["outputs"])
     print("\n".join("    " + line for line in text.rstrip("\n").splitlines()))

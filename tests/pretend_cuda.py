@@ -1,0 +1,184 @@
+"""Pretend CUDA: "cuda:0" tensors on a machine without a GPU, which refuse to meet CPU tensors as CUDA does.
+
+With ``pretend_cuda():`` active, anything moved or created on "cuda" becomes an :class:`OnCuda` tensor: it
+says ``device(type='cuda', index=0)`` to Python code, holds its real values in a CPU tensor (so losses,
+``.item()`` and prints work), and every operation that mixes it with a CPU tensor raises the error CUDA
+raises ("Expected all tensors to be on the same device"). CPU scalars (0-dim tensors) may mix, as on CUDA.
+
+Underneath, an OnCuda tensor is on torch's ``meta`` device: autograd and the optimizers then never ask a
+CUDA driver for anything. torch.cuda's questions get the answers of one GPU; anything else that would start
+the real CUDA runtime raises instead. ``torch.load(..., map_location="cuda")`` gives CPU tensors (copied onto
+the device by ``load_state_dict``, as across devices on a GPU). Not covered: CUDA events and streams, several GPUs.
+"""
+from __future__ import annotations
+
+import contextlib
+import types
+from unittest import mock
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map
+
+CUDA = torch.device("cuda", 0)
+COPIES = {torch.ops.aten.copy_.default}  # dst.copy_(src) copies across devices, as load_state_dict does
+MIXED = "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
+
+
+class OnCuda(torch.Tensor):
+    """A tensor that is on cuda:0 as far as Python code can tell; ``.elem`` holds its values on the CPU."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl  # the mode below does the redirecting
+
+    @staticmethod
+    def __new__(cls, elem):
+        return torch.Tensor._make_wrapper_subclass(cls, elem.size(), strides=elem.stride(), dtype=elem.dtype,
+                                                   device="meta", requires_grad=elem.requires_grad)
+
+    def __init__(self, elem):
+        self.elem = elem
+
+    device = property(lambda self: CUDA)
+    is_cuda = property(lambda self: True)
+    is_meta = property(lambda self: False)  # else load_state_dict skips copying into it
+
+    def __repr__(self):
+        return repr(self.elem)[:-1] + ", device='cuda:0')"
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tensors = [t for t in _leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if func not in COPIES and any(not isinstance(t, OnCuda) and t.dim() > 0 for t in tensors):
+            raise RuntimeError(f"{MIXED} (pretend CUDA, in {func})")
+        wrappers = {id(t.elem): t for t in tensors if isinstance(t, OnCuda)}
+        cpu_args, cpu_kwargs = tree_map(_unwrap, (args, kwargs))
+        if cpu_kwargs.get("device") is not None and torch.device(cpu_kwargs["device"]).type == "meta":
+            cpu_kwargs["device"] = torch.device("cpu")  # e.g. empty_like(x): made where x's values are
+        out = func(*cpu_args, **cpu_kwargs)
+        # an in-place op returns its input: give back the same OnCuda object
+        def wrap(t):
+            if not isinstance(t, torch.Tensor):
+                return t
+            return wrappers[id(t)] if id(t) in wrappers else OnCuda(t)
+        return tree_map(wrap, out)
+
+
+def _leaves(tree):
+    return torch.utils._pytree.tree_leaves(tree)
+
+
+def _unwrap(t):
+    return t.elem if isinstance(t, OnCuda) else t
+
+
+def on_cuda(t: torch.Tensor) -> OnCuda:
+    """A copy of CPU tensor ``t`` on (pretend) cuda:0."""
+    return t if isinstance(t, OnCuda) else OnCuda(t.detach().clone())
+
+
+def to_cpu(t: torch.Tensor) -> torch.Tensor:
+    return t.elem.clone() if isinstance(t, OnCuda) else t
+
+
+def is_cuda_device(device) -> bool:
+    return device is not None and not isinstance(device, torch.Tensor) and torch.device(device).type == "cuda"
+
+
+class _Redirect(TorchFunctionMode):
+    """Sends every move to, and every tensor made on, "cuda" to an OnCuda tensor; refuses NumPy views of it."""
+
+    def __torch_function__(self, func, types_, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        first = args[0] if args else None
+        if isinstance(first, torch.Tensor) and name in ("to", "cuda", "cpu"):
+            return self._move(func, name, first, args[1:], kwargs)
+        if isinstance(first, OnCuda) and name in ("numpy", "__array__"):
+            raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
+                            "tensor to host memory first.")
+        if isinstance(first, OnCuda) and name in ("tolist", "item"):
+            return getattr(first.elem, name)()
+        if is_cuda_device(kwargs.get("device")):  # torch.zeros(..., device="cuda") and the like
+            return tree_map(lambda t: OnCuda(t) if isinstance(t, torch.Tensor) else t,
+                            func(*args, **{**kwargs, "device": "cpu"}))
+        return func(*args, **kwargs)
+
+    @staticmethod
+    def _move(func, name, tensor, rest, kwargs):
+        if name == "cuda":
+            target, dtype, memory_format = CUDA, None, None
+        elif name == "cpu":
+            target, dtype, memory_format = torch.device("cpu"), None, None
+        else:
+            if rest and isinstance(rest[0], torch.Tensor):  # x.to(other): other's device and dtype
+                rest = (rest[0].device, rest[0].dtype) + tuple(rest[1:])
+            target, dtype, _, memory_format = torch._C._nn._parse_to(*rest, **kwargs)
+        values = tensor.elem if isinstance(tensor, OnCuda) else tensor
+        if dtype is not None or memory_format is not None:
+            values = values.to(dtype=dtype or values.dtype, memory_format=memory_format or torch.preserve_format)
+        if target is None:  # only a dtype or layout change: stays where it is
+            return values if values is tensor else on_cuda(values) if isinstance(tensor, OnCuda) else values
+        if target.type == "cuda":
+            return tensor if values is tensor.__dict__.get("elem") else on_cuda(values)
+        if target.type == "cpu":
+            return values.clone() if isinstance(tensor, OnCuda) else values
+        return func(tensor, *rest, **kwargs)
+
+
+def _save(real_save):
+    def save(obj, *args, **kwargs):  # saved from cuda: its values, as torch.save writes them
+        if isinstance(obj, torch.nn.Module) and any(isinstance(p, OnCuda) for p in obj.parameters()):
+            obj.cpu()  # a whole module: pickled from the CPU, then back (the same Parameter objects)
+            try:
+                return real_save(obj, *args, **kwargs)
+            finally:
+                obj.cuda()
+        return real_save(tree_map(to_cpu, obj), *args, **kwargs)
+    return save
+
+
+def _load(real_load):
+    def load(f, map_location=None, **kwargs):  # onto "cuda": CPU tensors, which load_state_dict copies over
+        return real_load(f, map_location="cpu" if is_cuda_device(map_location) else map_location, **kwargs)
+    return load
+
+
+def _no_real_cuda(*args, **kwargs):
+    raise RuntimeError("pretend CUDA: this would start the real CUDA runtime; add a stand-in to tests/pretend_cuda.py")
+
+
+ONE_GPU = {  # torch.cuda's answers on a machine with one (pretend) GPU
+    "is_available": lambda: True, "device_count": lambda: 1, "current_device": lambda: 0,
+    "get_device_name": lambda device=None: "Pretend GPU", "get_device_capability": lambda device=None: (9, 0),
+    "is_bf16_supported": lambda *a, **k: True, "synchronize": lambda device=None: None,
+    "set_device": lambda device: None, "memory_allocated": lambda device=None: 0,
+    "max_memory_allocated": lambda device=None: 0, "reset_peak_memory_stats": lambda device=None: None,
+    "empty_cache": lambda: None, "_lazy_init": _no_real_cuda,
+    "get_device_properties": lambda device=None: types.SimpleNamespace(
+        name="Pretend GPU", total_memory=80 * 2**30, major=9, minor=0, multi_processor_count=132),
+}
+ACCELERATOR = {"is_available": lambda: True, "current_accelerator": lambda *a, **k: torch.device("cuda"),
+               "current_device_index": lambda: 0, "set_device_index": lambda index: None,
+               "device_count": lambda: 1, "synchronize": lambda *a, **k: None}
+
+
+@contextlib.contextmanager
+def pretend_cuda():
+    """Inside: one pretend CUDA GPU (see the module's docstring)."""
+    with contextlib.ExitStack() as stack:
+        for name, stand_in in ONE_GPU.items():
+            stack.enter_context(mock.patch.object(torch.cuda, name, stand_in))
+        for name, stand_in in ACCELERATOR.items():
+            stack.enter_context(mock.patch.object(torch.accelerator, name, stand_in))
+        stack.enter_context(mock.patch.object(torch.version, "cuda", torch.version.cuda or "13.0"))
+        # pinned memory needs a driver; the DataLoader's pinning thread does not see the mode below
+        stack.enter_context(mock.patch.object(torch.Tensor, "pin_memory", lambda self, device=None: self))
+        stack.enter_context(mock.patch.object(torch, "save", _save(torch.save)))
+        stack.enter_context(mock.patch.object(torch, "load", _load(torch.load)))
+        # module.to(cuda) keeps its Parameter objects, as on a GPU (an optimizer made before still holds them)
+        swap = torch.__future__.get_swap_module_params_on_conversion()
+        torch.__future__.set_swap_module_params_on_conversion(True)
+        stack.callback(torch.__future__.set_swap_module_params_on_conversion, swap)
+        stack.enter_context(_Redirect())
+        yield

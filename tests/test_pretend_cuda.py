@@ -1,0 +1,192 @@
+"""Every GPU path, run on pretend CUDA (tests/pretend_cuda.py): a CPU tensor meeting a cuda:0 one fails here,
+as it would on a learner's GPU, though this machine has none."""
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import tudui
+import tudui.loops
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pretend_cuda import OnCuda, pretend_cuda  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import harness  # noqa: E402
+
+CUDA = torch.device("cuda", 0)
+BATCH = 16  # small batches, few images: these tests check where tensors are, not what they learn
+
+
+@pytest.fixture
+def cuda():
+    """One pretend GPU for the test; the device the lessons pick on it (cuda:0)."""
+    with pretend_cuda():
+        yield tudui.pick_device("cuda")
+
+
+def images(n=2 * BATCH):
+    return tudui.cifar10(True, source="synthetic", limit=n)
+
+
+def on(device, *modules_or_tensors):
+    return all(t.device == device for m in modules_or_tensors
+               for t in (m.parameters() if isinstance(m, nn.Module) else [m]))
+
+
+def make_loader(kind, device):
+    if kind == "resident":
+        return tudui.ResidentLoader(images(), BATCH, device)
+    return tudui.loaders(images(), images(), BATCH, device, num_workers=0)[0]  # pinned memory on cuda
+
+
+def test_the_pretend_gpu_refuses_to_mix_devices(cuda):
+    model = tudui.Tudui()  # left on the CPU
+    x = torch.ones(2, 3, 32, 32).to(cuda)
+    assert isinstance(x, OnCuda) and x.device == CUDA and x.sum().item() == 2 * 3 * 32 * 32
+    with pytest.raises(RuntimeError, match="same device"):
+        model(x)
+    with pytest.raises(RuntimeError, match="same device"):
+        x + torch.ones(3, 32, 32)
+    with pytest.raises(TypeError, match="cuda:0 device type tensor to numpy"):
+        x.numpy()
+    assert (x * torch.tensor(2.0)).device == CUDA  # a CPU scalar may mix, as on CUDA
+    assert torch.equal(x.cpu(), torch.ones(2, 3, 32, 32)) and x.cpu().device.type == "cpu"
+
+
+@pytest.mark.parametrize("kind", ["dataloader", "resident"])
+def test_fit_trains_on_cuda_with_both_loaders(cuda, kind):
+    torch.manual_seed(0)
+    model = tudui.Tudui().to(cuda)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+    before = [p.cpu() for p in model.parameters()]
+    test_loader = tudui.ResidentLoader(images(BATCH), BATCH, cuda, shuffle=False)
+    history = tudui.fit(model, make_loader(kind, cuda), test_loader, nn.CrossEntropyLoss(), optimizer, cuda, 1,
+                        progress=False, log=None)
+    assert history.label == "cuda:0" and 0 < history.train_loss[0] < 10 and history.epochs == [1]
+    assert on(cuda, model) and not all(torch.equal(b, p.cpu()) for b, p in zip(before, model.parameters()))
+    assert all(on(cuda, s["momentum_buffer"]) for s in optimizer.state.values())
+
+
+def run_epoch_without(line_start):
+    """A copy of tudui.loops.run_epoch without its line that starts with ``line_start``."""
+    source = textwrap.dedent(inspect.getsource(tudui.loops.run_epoch))
+    kept = [line for line in source.splitlines() if not line.strip().startswith(line_start)]
+    assert len(kept) == len(source.splitlines()) - 1, f"run_epoch has no line {line_start!r} any more"
+    namespace = dict(vars(tudui.loops))
+    exec("\n".join(kept), namespace)
+    return namespace["run_epoch"]
+
+
+@pytest.mark.parametrize("dropped", ["imgs = imgs.to(", "targets = targets.to("])
+def test_a_dropped_device_move_in_the_loop_fails_here(cuda, monkeypatch, dropped):
+    """The check has teeth: the lessons' loop without one of its .to(device) lines fails on pretend CUDA."""
+    monkeypatch.setattr(tudui.loops, "run_epoch", run_epoch_without(dropped))
+    model = tudui.Tudui().to(cuda)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    with pytest.raises(RuntimeError, match="same device"):
+        tudui.train_one_epoch(model, make_loader("dataloader", cuda), nn.CrossEntropyLoss(), optimizer, cuda,
+                              progress=False)
+
+
+def momentum_step(model, optimizer, device):
+    imgs, targets = next(iter(tudui.ResidentLoader(images(BATCH), BATCH, device)))
+    optimizer.zero_grad()
+    nn.functional.cross_entropy(model(imgs), targets).backward()
+    optimizer.step()
+
+
+def test_a_cpu_checkpoint_loads_onto_cuda_and_back(cuda, tmp_path):
+    def course(device):
+        model = tudui.Tudui().to(device)
+        return model, torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+
+    model, optimizer = course("cpu")
+    momentum_step(model, optimizer, "cpu")
+    tudui.save_checkpoint(tmp_path / "cpu.pth", model, optimizer, epoch=1)
+    model, optimizer = course(cuda)
+    tudui.load_checkpoint(tmp_path / "cpu.pth", model, optimizer, device=cuda)
+    momentum_step(model, optimizer, cuda)  # the loaded momentum buffers must be on cuda too
+    assert on(cuda, model, *[s["momentum_buffer"] for s in optimizer.state.values()])
+    tudui.save_checkpoint(tmp_path / "cuda.pth", model, optimizer, epoch=2)
+    for device in ("cpu", cuda):
+        back, back_optimizer = course(device)
+        tudui.load_checkpoint(tmp_path / "cuda.pth", back, back_optimizer, device=device)
+        momentum_step(back, back_optimizer, device)
+        assert on(torch.device(device), tudui.load_model(tmp_path / "cuda.pth", device=device), back)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["NCHW", "channels_last"])
+@pytest.mark.parametrize("amp_dtype", [None, torch.bfloat16], ids=["fp32", "bf16-autocast"])
+def test_the_benchmarks_training_steps_stay_on_cuda(cuda, channels_last, amp_dtype):
+    step = harness.training_step(cuda, channels_last, amp_dtype=amp_dtype)
+    loader = harness.resident_loader(images(), BATCH, cuda, channels_last)
+    harness.minimal_run(loader, step, cuda)()
+    assert on(cuda, step.model)
+    with pytest.raises(RuntimeError, match="same device"):  # a batch left on the CPU
+        step(*next(iter(tudui.ResidentLoader(images(BATCH), BATCH, "cpu"))))
+
+
+def test_the_cli_trains_on_cuda_and_resumes_on_cuda_and_cpu(cuda, tmp_path, capsys):
+    from tudui.cli import main
+    common = ["--data", "synthetic", "--limit", str(2 * BATCH), "--batch-size", str(BATCH), "--no-progress"]
+    runs = [(1, "cuda", "cli.pth", []), (2, "cuda", "cli.pth", ["--resume"]), (3, "cpu", "cli.pth", ["--resume"]),
+            (1, "cuda", "resident.pth", ["--loader", "resident"])]
+    for epochs, device, checkpoint, extra in runs:
+        code = main(["train", "--device", device, "--epochs", str(epochs), "--checkpoint", str(tmp_path / checkpoint)]
+                    + extra + common)
+        out = capsys.readouterr()
+        assert code == 0, out.out + out.err
+        assert "--resume" not in extra or f"resuming after epoch {epochs - 1}" in out.out + out.err
+
+
+# Notebook cells that run only on a GPU (an `if torch.cuda.is_available():` branch), run here under pretend
+# CUDA with the cells before them. Cells that cannot run here, and why:
+CANNOT_RUN = {
+    "06-device-errors:3f1b252e": "starts CUDA in a new Python process, where nothing is pretended",
+}
+GPU_BRANCH = "if torch.cuda.is_available():"
+
+
+def gpu_notebooks():
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb")):
+        cells = [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+        if any(GPU_BRANCH in "".join(c["source"]) for c in cells):
+            yield pytest.param(path, cells, id=path.stem)
+
+
+GPU_NOTEBOOKS = list(gpu_notebooks())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path, cells", GPU_NOTEBOOKS)
+def test_notebook_gpu_branches_run_on_pretend_cuda(cuda, path, cells, monkeypatch, tmp_path):
+    """Each notebook's cells, up to its last GPU branch, with few images: its GPU branches must not mix devices."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from run_notebook_cells import run_code, to_python
+    real_cifar10 = tudui.cifar10
+    monkeypatch.setattr(tudui, "cifar10", lambda *a, limit=None, **k: real_cifar10(*a, limit=BATCH * 2, **k))
+    monkeypatch.setenv("TUDUI_QUICK", "1")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.chdir(tmp_path)
+    last = max(i for i, c in enumerate(cells) if GPU_BRANCH in "".join(c["source"]))
+    main = types.ModuleType("__main__")  # pickle finds the notebook's classes as __main__.X, as in Jupyter
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    namespace = main.__dict__
+    for index, cell in enumerate(cells[:last + 1]):
+        source = "".join(cell["source"])
+        if f"{path.stem}:{cell.get('id')}" in CANNOT_RUN or "raises-exception" in cell["metadata"].get("tags", []):
+            continue
+        try:
+            run_code(to_python(source), namespace, f"<{path.stem} cell {index}>")
+        except Exception as exc:  # noqa: BLE001 - which cell, with what
+            pytest.fail(f"{path.name} cell {index} (id {cell.get('id')}) on pretend CUDA: {type(exc).__name__}: {exc}")
