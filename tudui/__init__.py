@@ -11,7 +11,7 @@ try:
     from .plots import plot_bars, plot_history, show_predictions
     from .recorded import show_recorded
     from .resident import ResidentLoader, resident_loaders
-    from .settings import in_colab, quick_mode
+    from .settings import host, quick_mode
     from .timing import Stopwatch, measure
 except KeyboardInterrupt:  # Ctrl-C while torch loads: `python -m tudui` promises one line
     if sys.argv[:1] != ["-m"]:  # imported by a program or a notebook: its own Ctrl-C
