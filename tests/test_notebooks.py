@@ -24,9 +24,10 @@ TOOLS = ROOT / "tools"
 PATHS = sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
 NAMES = [p.name for p in PATHS]
 
-from stamp_notebooks import SETUP_MARK, binder_url, colab_url
+from stamp_notebooks import SETUP, SETUP_MARK, badges, binder_url, colab_url, kaggle_url
 
 README = "../README.md"
+READMES = ["README.md", "README.zh.md"]
 IGNORE_MARKERS = {"NBVAL_IGNORE_OUTPUT", "PYTEST_VALIDATE_IGNORE_OUTPUT", "NBVAL_SKIP"}
 IGNORE_TAGS = {"nbval-ignore-output", "pytest-validate-ignore-output", "nbval-skip"}
 TORCH_PACKAGES = {"torch", "torchvision", "torchaudio"}
@@ -101,6 +102,7 @@ def test_first_cell_title_badges_and_links(name):
     number = name[:2]
     check(re.match(rf"# {number} · \S", first), f"{at}: must start with '# {number} · Title', not {first!r}")
     check(f"({colab_url(name)})" in head.source, f"{at}: no Colab badge linking to {colab_url(name)}; {STAMP}")
+    check(f"({kaggle_url(name)})" in head.source, f"{at}: no Kaggle badge linking to {kaggle_url(name)}; {STAMP}")
     check(f"({binder_url(name)})" in head.source, f"{at}: no Binder badge linking to {binder_url(name)}; {STAMP}")
 
     i = NAMES.index(name)
@@ -120,38 +122,26 @@ def test_first_cell_title_badges_and_links(name):
         check(text == want_text, f"{at}: {which} link is titled {text!r}, expected {want_text!r}; {STAMP}")
 
 
-def pip_installs(source):
-    """(line, requirement names, options) of each pip install in a cell's source."""
-    for line in source.splitlines():
-        m = re.search(r"\bpip3?\s+install\s+(.*)", line)
-        if not m:
-            continue
-        try:
-            words = shlex.split(m.group(1), comments=True)
-        except ValueError:
-            words = m.group(1).split()
-        options = [w for w in words if w.startswith("-")]
-        names = [re.match(r"[A-Za-z0-9_.\-]*", w).group(0).lower() for w in words if not w.startswith("-")]
-        yield line.strip(), names, options
-
-
 @notebooks
-def test_second_cell_is_colab_setup_without_torch(name):
+def test_second_cell_is_the_setup_cell(name):
+    """The stamped setup cell, word for word (tests/test_setup_cell.py runs it for real)."""
     nb = read(name)
-    check(len(nb.cells) > 1, f"{name}: has no second cell (the Colab setup cell); {STAMP}")
+    check(len(nb.cells) > 1, f"{name}: has no second cell (the setup cell); {STAMP}")
     cell = nb.cells[1]
     at = where(name, 1, cell)
-    check(cell.cell_type == "code" and cell.source.startswith(SETUP_MARK),
-          f"{at}: the second cell must be the Colab setup cell starting with {SETUP_MARK!r}; {STAMP}")
-    check("google.colab" in cell.source, f"{at}: the setup cell must install only in Colab (check google.colab)")
-    installs = list(pip_installs(cell.source))
-    check(installs, f"{at}: the setup cell installs nothing")
-    for line, names, options in installs:
-        check(not TORCH_PACKAGES & set(names),
-              f"{at}: must never install torch (Colab's own CUDA build matches its driver): {line!r}")
-        bad = [o for o in options if o in ("-r", "--requirement", "-U", "--upgrade", "--force-reinstall",
-                                           "-I", "--ignore-installed") or o.startswith("--upgrade-strategy")]
-        check(not bad, f"{at}: {' '.join(bad)} could reinstall or upgrade Colab's torch: {line!r}")
+    check(cell.cell_type == "code" and cell.source == SETUP, f"{at}: the second cell must be the setup cell; {STAMP}")
+    check(is_compared(cell), f"{at}: the setup cell's output must be compared (it is one fixed line)")
+    printed = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+    check(printed == "tudui is installed\n", f"{at}: in the test configuration it prints 'tudui is installed', "
+                                              f"not {printed!r}; run tools/execute_notebooks.py on the notebook")
+
+
+def test_setup_cell_never_lets_pip_replace_torch():
+    """pip gets torch pinned to the installed version, and no option that upgrades or reinstalls."""
+    check("pin.write(f\"torch=={torch_version}\\n\")" in SETUP and '"-c", pin.name' in SETUP,
+          "the setup cell must pass pip a constraint torch==<installed version>")
+    for option in ("-U", "--upgrade", "--force-reinstall", "-I", "--ignore-installed", "--upgrade-strategy"):
+        check(f'"{option}"' not in SETUP, f"the setup cell passes pip {option}, which could replace the host's torch")
 
 
 @notebooks
@@ -217,7 +207,8 @@ def restamped(tmp_path_factory):
     spec = importlib.util.spec_from_file_location("stamp_notebooks_under_test", TOOLS / "stamp_notebooks.py")
     stamp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(stamp)
-    stamp.NOTEBOOKS = copy  # the real notebooks are never written
+    stamp.NOTEBOOKS = copy  # the real notebooks and READMEs are never written
+    stamp.READMES = [Path(shutil.copy2(ROOT / readme, copy / readme)) for readme in READMES]
     stamp.main([])
     return copy
 
@@ -241,11 +232,20 @@ def test_stamping_changes_nothing(name, restamped):
                  "run it and keep the result")
 
 
+@pytest.mark.parametrize("readme_name", READMES)
+def test_stamping_leaves_the_readme_tables_as_they_are(readme_name, restamped):
+    check((restamped / readme_name).read_text(encoding="utf-8") == (ROOT / readme_name).read_text(encoding="utf-8"),
+          f"{readme_name}: tools/stamp_notebooks.py would change its lesson table; run it and keep the result")
+
+
+@pytest.mark.parametrize("readme_name", READMES)
 @notebooks
-def test_readme_lists_the_notebook_with_its_launch_links(name):
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for link in (f"(notebooks/{name})", f"({colab_url(name)})", f"({binder_url(name)})"):
-        check(link in readme, f"README.md: the notebook table lacks {link} for {name}")
+def test_readme_lists_the_notebook_with_its_launch_links(name, readme_name):
+    readme = (ROOT / readme_name).read_text(encoding="utf-8")
+    row = next((line for line in readme.splitlines() if line.startswith(f"| {name[:2]} | ")), "")
+    check(f"(notebooks/{name})" in row, f"{readme_name}: the notebook table has no row linking notebooks/{name}")
+    check(row.endswith(" | ".join(badges(name)) + " |"), f"{readme_name}: the row of {name} lacks its Colab, Kaggle and "
+                                                          f"Binder badges; {STAMP}")
 
 
 def kernel_prints(code):

@@ -1,10 +1,10 @@
-"""quick_mode(): quick unless a GPU and real CIFAR-10 on disk make the full lessons worth it; in_colab()."""
+"""quick_mode(): quick unless a GPU and real CIFAR-10 on disk make the full lessons worth it; host()."""
 import sys
 
 import pytest
 import torch
 
-from tudui import in_colab, quick_mode, settings
+from tudui import host, quick_mode, settings
 
 
 @pytest.fixture
@@ -72,8 +72,32 @@ def test_the_file_check_is_real(monkeypatch, tmp_path):
     assert quick_mode(root=str(tmp_path)) is True
 
 
-def test_in_colab(monkeypatch):
+@pytest.fixture
+def nowhere(monkeypatch, tmp_path):
+    """No Colab module, no Kaggle variable, no host folders: what a laptop looks like."""
     monkeypatch.delitem(sys.modules, "google.colab", raising=False)
-    assert in_colab() is False
+    monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
+    monkeypatch.setattr(settings, "KAGGLE_WORKING", tmp_path / "kaggle" / "working")
+    monkeypatch.setattr(settings, "MODELSCOPE_WORKSPACE", tmp_path / "mnt" / "workspace")
+    return tmp_path
+
+
+def test_no_host_on_an_ordinary_machine(nowhere):
+    assert host() is None
+
+
+def test_colab_is_its_module(nowhere, monkeypatch):
     monkeypatch.setitem(sys.modules, "google.colab", object())
-    assert in_colab() is True
+    assert host() == "colab"
+
+
+def test_kaggle_needs_its_variable_and_its_output_folder(nowhere, monkeypatch):
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Interactive")
+    assert host() is None  # a laptop with the variable exported is not Kaggle
+    settings.KAGGLE_WORKING.mkdir(parents=True)
+    assert host() == "kaggle"
+
+
+def test_modelscope_is_its_workspace_folder(nowhere):
+    settings.MODELSCOPE_WORKSPACE.mkdir(parents=True)
+    assert host() == "modelscope"

@@ -17,7 +17,7 @@ _NAMES = {
     "plots": "plot_bars plot_history show_predictions",
     "recorded": "show_recorded",
     "resident": "ResidentLoader resident_loaders",
-    "settings": "in_colab quick_mode",
+    "settings": "host quick_mode",
     "synthetic": "SyntheticCIFAR10",
     "timing": "Stopwatch interleaved measure speed_ratio",
 }

@@ -3,16 +3,30 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from .data import cifar10_on_disk, default_source
 from .device import best_accelerator
 
 QUICK = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+KAGGLE_WORKING = Path("/kaggle/working")    # a Kaggle notebook's output folder
+MODELSCOPE_WORKSPACE = Path("/mnt/workspace")  # the working folder of ModelScope's (PAI-DSW) notebooks
 
 
-def in_colab() -> bool:
-    """True inside Google Colab."""
-    return "google.colab" in sys.modules
+def host() -> str | None:
+    """Which notebook host runs this: "colab", "kaggle", "modelscope", or None anywhere else.
+
+    Colab loads its module ``google.colab`` into every notebook; a Kaggle notebook sets
+    $KAGGLE_KERNEL_RUN_TYPE and has /kaggle/working; ModelScope's notebooks (run by Alibaba's
+    PAI-DSW, which looks the same) work in /mnt/workspace.
+    """
+    if "google.colab" in sys.modules:
+        return "colab"
+    if os.environ.get("KAGGLE_KERNEL_RUN_TYPE") and KAGGLE_WORKING.is_dir():
+        return "kaggle"
+    if MODELSCOPE_WORKSPACE.is_dir():
+        return "modelscope"
+    return None
 
 
 def quick_mode(root="data") -> bool:
