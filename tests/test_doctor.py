@@ -211,7 +211,7 @@ def test_no_nvidia_gpu(build):
     advice = doctor.advise(build, None, "Windows", "AMD64")
     assert advice.case == doctor.CASE_NO_NVIDIA
     text = "\n".join(advice.steps)
-    assert "quick mode" in text and "Colab (notebook 05)" in text and "mps" not in text
+    assert "quick mode" in text and "free GPU (notebook 05)" in text and "mps" not in text
     assert (doctor.DRIVER_PAGE in text) == (build.cuda is not None)  # a CUDA build: maybe only the driver is missing
 
 

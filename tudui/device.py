@@ -66,7 +66,7 @@ def _mps_problem() -> str | None:
     if torch.backends.mps.is_available():
         return None
     if torch.backends.mps.is_built():
-        return "this torch has MPS but the machine does not support it (needs Apple silicon and macOS 12.3+)"
+        return "this torch has MPS but the machine does not support it (needs Apple silicon and macOS 14 or newer)"
     return f"this torch was built without MPS (MPS needs a Mac; this is {platform.system()})"
 
 

@@ -19,7 +19,7 @@ def plot_history(*histories, title=None):
     ax_acc.set(xlabel="epoch", ylabel="accuracy (%)", title="Test accuracy")
     for ax in (ax_loss, ax_acc):
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize="small")
         ax.xaxis.get_major_locator().set_params(integer=True)
     if title:
         fig.suptitle(title)

@@ -228,13 +228,13 @@ def driver_steps(driver_cuda: tuple | None, caps: tuple = ()) -> tuple:
                      "for this GPU: the doctor then gives its commands.")
     else:
         lines.append("If NVIDIA offers no newer driver for this GPU, it is too old for current PyTorch "
-                     "builds: train on the CPU (quick mode) or on Colab (notebook 05).")
+                     "builds: train on the CPU (quick mode) or on a free cloud GPU (notebook 05).")
     return tuple(lines)
 
 
 def no_gpu_steps(build: TorchBuild, system: str, machine: str) -> tuple:
     lines = ["The CPU is fine for every lesson: they run in quick mode (a few thousand images).",
-             "For full-size training, Colab (notebook 05) lends you a free GPU."]
+             "For full-size training, Colab, Kaggle or ModelScope lend you a free GPU (notebook 05)."]
     if system == "Darwin" and machine == "arm64":  # MPS needs macOS 14 since torch 2.9 (pytorch/pytorch#162921)
         lines.append("This Mac's GPU (device 'mps') needs macOS 14 (Sonoma) or newer: update macOS to train on it.")
     if build.cuda:
