@@ -166,7 +166,7 @@ def test_cpu_build_with_a_driver_too_old_for_any_build():
     advice = doctor.advise(CPU_ONLY, ancient, "Linux", "x86_64")
     assert advice.case == doctor.CASE_DRIVER_TOO_OLD
     assert doctor.DRIVER_PAGE in advice.steps[0]
-    assert commands(advice) == [] and any("Colab" in line for line in advice.steps)
+    assert commands(advice) == [] and any("free cloud GPU (notebook 05)" in line for line in advice.steps)
 
 
 def test_rocm_build_on_an_nvidia_machine_is_told_to_install_a_cuda_build():
