@@ -2,7 +2,7 @@
 
 The test configuration is what CI compares against: CPU, no network, the
 synthetic stand-in for CIFAR-10, quick sizes, fixed seeds.
-Usage: python tools/execute_notebooks.py [notebooks/NN-name.ipynb ...]  (default: all)
+Usage: python tools/execute_notebooks.py [notebooks/NN-name.ipynb ...]  (default: all, both editions)
 """
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ def execute(path: Path) -> float:
 
 def main(argv):
     os.environ.update(kernel_env())  # the kernel inherits this environment
-    paths = [Path(p).resolve() for p in argv] or sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
+    paths = [Path(p).resolve() for p in argv] or sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb")) + sorted(
+        NOTEBOOKS.glob("zh/[0-9][0-9]-*.ipynb"))
     for path in paths:
         print(f"{path.name}: {execute(path):.0f} s", flush=True)
 
