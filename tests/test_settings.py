@@ -36,6 +36,15 @@ def test_an_offline_gpu_machine_stays_quick(machine):
     assert quick_mode() is True
 
 
+def test_a_cloud_gpu_runs_full_size_before_cifar10_is_downloaded(machine, monkeypatch):
+    """A fresh Colab or Kaggle session has no data yet, but downloads it: the lesson's full run."""
+    machine(accelerator=True, on_disk=False)
+    monkeypatch.setattr(settings, "host", lambda: "kaggle")
+    assert quick_mode() is False
+    machine(accelerator=False, on_disk=False)
+    assert quick_mode() is True  # a CPU runtime stays quick
+
+
 def test_a_cpu_stays_quick_even_with_cifar10(machine):
     machine(accelerator=False, on_disk=True)
     assert quick_mode() is True

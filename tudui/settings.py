@@ -32,9 +32,10 @@ def host() -> str | None:
 def quick_mode(root="data") -> bool:
     """Should a lesson train on a small subset for a couple of epochs?
 
-    $TUDUI_QUICK=1/0 decides when set. Otherwise full size only with an accelerator and real
-    CIFAR-10 already in ``root``: a CPU epoch of CIFAR-10 takes minutes, and a GPU machine
-    without the data (offline, say) would train on 50,000 synthetic images for nothing.
+    $TUDUI_QUICK=1/0 decides when set. Otherwise full size only with an accelerator, and real
+    CIFAR-10 already in ``root`` or a cloud notebook (:func:`host`), which downloads it: a CPU epoch
+    of CIFAR-10 takes minutes, and a GPU machine without the data (offline, say) would train on
+    50,000 synthetic images for nothing.
     """
     raw = os.environ.get("TUDUI_QUICK", "")
     flag = raw.strip().lower()
@@ -43,5 +44,6 @@ def quick_mode(root="data") -> bool:
             raise ValueError(f"TUDUI_QUICK={raw!r} is not understood; set it to 1 (quick) or 0 (full size), "
                              f"or unset it")
         return QUICK[flag]
-    full = default_source() != "synthetic" and best_accelerator() is not None and cifar10_on_disk(root)
+    full = (default_source() != "synthetic" and best_accelerator() is not None
+            and (cifar10_on_disk(root) or host() is not None))
     return not full
