@@ -19,6 +19,7 @@ def machine(monkeypatch):
         found = torch.device("cuda", 0) if accelerator else None
         monkeypatch.setattr(settings, "best_accelerator", lambda: found)
         monkeypatch.setattr(settings, "cifar10_on_disk", lambda root: asked.append(root) or on_disk)
+        monkeypatch.setattr(settings, "host", lambda: None)  # not a cloud notebook
         return asked
     return pretend
 
@@ -41,7 +42,7 @@ def test_a_cloud_gpu_runs_full_size_before_cifar10_is_downloaded(machine, monkey
     machine(accelerator=True, on_disk=False)
     monkeypatch.setattr(settings, "host", lambda: "kaggle")
     assert quick_mode() is False
-    machine(accelerator=False, on_disk=False)
+    monkeypatch.setattr(settings, "best_accelerator", lambda: None)
     assert quick_mode() is True  # a CPU runtime stays quick
 
 
