@@ -1,7 +1,8 @@
 """Checks on the stored lesson notebooks, without running a kernel (nbval does that).
 
-Every ``notebooks/NN-name.ipynb`` is found when the tests run, so lessons added
-later are checked too. Failure messages name the notebook and the cell; cells
+Every ``notebooks/NN-name.ipynb`` and its Chinese twin ``notebooks/zh/NN-name.ipynb`` are
+found when the tests run, so lessons added later are checked too; a notebook is named by its
+path relative to notebooks/ (``zh/01-cpu-baseline.ipynb``). Failure messages name the notebook and the cell; cells
 are counted from 0, as nbval counts them.
 """
 from __future__ import annotations
@@ -21,12 +22,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 TOOLS = ROOT / "tools"
-PATHS = sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
-NAMES = [p.name for p in PATHS]
+ENGLISH = [p.name for p in sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))]
+CHINESE = [f"zh/{p.name}" for p in sorted((NOTEBOOKS / "zh").glob("[0-9][0-9]-*.ipynb"))]
+NAMES = ENGLISH + CHINESE
 
-from stamp_notebooks import SETUP, SETUP_MARK, badges, binder_url, colab_url, kaggle_url
+from recordings import source_sha
+from stamp_notebooks import NAV_END, SETUP, SETUP_ZH, badges, binder_url, colab_url, kaggle_url
 
-README = "../README.md"
+README = {"en": ("README", "../README.md"), "zh": ("课程目录", "../../README.zh.md")}
 READMES = ["README.md", "README.zh.md"]
 IGNORE_MARKERS = {"NBVAL_IGNORE_OUTPUT", "PYTEST_VALIDATE_IGNORE_OUTPUT", "NBVAL_SKIP"}
 IGNORE_TAGS = {"nbval-ignore-output", "pytest-validate-ignore-output", "nbval-skip"}
@@ -44,6 +47,10 @@ def check(condition, message):
 
 def read(name):
     return nbformat.read(NOTEBOOKS / name, as_version=4)
+
+
+def read_path(path):
+    return nbformat.read(path, as_version=4)
 
 
 def where(name, index, cell):
@@ -69,6 +76,22 @@ def is_compared(cell):
 def title(name):
     first = read(name).cells[0].source.splitlines()[0]
     return re.sub(r"^#\s*", "", first).strip()
+
+
+def edition(name):
+    return "zh" if name.startswith("zh/") else "en"
+
+
+def same_edition(name):
+    return CHINESE if edition(name) == "zh" else ENGLISH
+
+
+def twin_link(name):
+    """The first cell's link to the other edition: zh/NN-name.ipynb from the English, ../NN-name.ipynb
+    from the Chinese; None for an English lesson without a Chinese twin."""
+    if edition(name) == "zh":
+        return f"../{name[3:]}"
+    return f"zh/{name}" if f"zh/{name}" in CHINESE else None
 
 
 def output_texts(output):
@@ -99,16 +122,17 @@ def test_first_cell_title_badges_and_links(name):
     at = where(name, 0, head)
     check(head.cell_type == "markdown", f"{at}: the first cell must be markdown (title, badges, links)")
     first = head.source.splitlines()[0] if head.source else ""
-    number = name[:2]
+    number = name.split("/")[-1][:2]
     check(re.match(rf"# {number} · \S", first), f"{at}: must start with '# {number} · Title', not {first!r}")
     check(f"({colab_url(name)})" in head.source, f"{at}: no Colab badge linking to {colab_url(name)}; {STAMP}")
     check(f"({kaggle_url(name)})" in head.source, f"{at}: no Kaggle badge linking to {kaggle_url(name)}; {STAMP}")
     check(f"({binder_url(name)})" in head.source, f"{at}: no Binder badge linking to {binder_url(name)}; {STAMP}")
 
-    i = NAMES.index(name)
-    expected = {
-        "previous": (title(NAMES[i - 1]), NAMES[i - 1]) if i > 0 else ("README", README),
-        "next": (title(NAMES[i + 1]), NAMES[i + 1]) if i + 1 < len(NAMES) else ("README", README),
+    names, readme = same_edition(name), README[edition(name)]
+    i = names.index(name)
+    expected = {  # links within the edition's folder, so by file name
+        "previous": (title(names[i - 1]), names[i - 1].split("/")[-1]) if i > 0 else readme,
+        "next": (title(names[i + 1]), names[i + 1].split("/")[-1]) if i + 1 < len(names) else readme,
     }
     found = {
         "previous": re.findall(r"←\s*\[([^\]]*)\]\(([^)\s]+)\)", head.source),
@@ -120,6 +144,10 @@ def test_first_cell_title_badges_and_links(name):
         (text, target), (want_text, want_target) = links[0], expected[which]
         check(target == want_target, f"{at}: {which} link points to {target}, expected {want_target}; {STAMP}")
         check(text == want_text, f"{at}: {which} link is titled {text!r}, expected {want_text!r}; {STAMP}")
+    twin = twin_link(name)
+    if twin:
+        check(re.search(rf"→ · \[[^\]]+\]\({re.escape(twin)}\)\n{NAV_END}", head.source),
+              f"{at}: the nav must end with a link to the other edition, {twin}; {STAMP}")
 
 
 @notebooks
@@ -129,7 +157,8 @@ def test_second_cell_is_the_setup_cell(name):
     check(len(nb.cells) > 1, f"{name}: has no second cell (the setup cell); {STAMP}")
     cell = nb.cells[1]
     at = where(name, 1, cell)
-    check(cell.cell_type == "code" and cell.source == SETUP, f"{at}: the second cell must be the setup cell; {STAMP}")
+    setup = SETUP_ZH if edition(name) == "zh" else SETUP
+    check(cell.cell_type == "code" and cell.source == setup, f"{at}: the second cell must be the setup cell; {STAMP}")
     check(is_compared(cell), f"{at}: the setup cell's output must be compared (it is one fixed line)")
     printed = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
     check(printed == "tudui is installed\n", f"{at}: in the test configuration it prints 'tudui is installed', "
@@ -198,19 +227,78 @@ def test_has_settings_cell(name):
           f"{name}: no settings cell (QUICK = tudui.quick_mode() ...)")
 
 
+def stamp_tool(notebooks, readmes):
+    """tools/stamp_notebooks.py, working on the folder ``notebooks`` and the README files ``readmes``."""
+    spec = importlib.util.spec_from_file_location("stamp_notebooks_under_test", TOOLS / "stamp_notebooks.py")
+    stamp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stamp)
+    stamp.NOTEBOOKS, stamp.READMES = notebooks, readmes  # the real notebooks and READMEs are never written
+    return stamp
+
+
 @pytest.fixture(scope="module")
 def restamped(tmp_path_factory):
     """A copy of the notebooks folder after tools/stamp_notebooks.py has run on it."""
     copy = tmp_path_factory.mktemp("notebooks")
-    for path in PATHS:
-        shutil.copy2(path, copy / path.name)
-    spec = importlib.util.spec_from_file_location("stamp_notebooks_under_test", TOOLS / "stamp_notebooks.py")
-    stamp = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(stamp)
-    stamp.NOTEBOOKS = copy  # the real notebooks and READMEs are never written
-    stamp.READMES = [Path(shutil.copy2(ROOT / readme, copy / readme)) for readme in READMES]
-    stamp.main([])
+    (copy / "zh").mkdir()
+    for name in NAMES:
+        shutil.copy2(NOTEBOOKS / name, copy / name)
+    stamp_tool(copy, [Path(shutil.copy2(ROOT / readme, copy / readme)) for readme in READMES]).main([])
     return copy
+
+
+def small_lesson(path, heading, en_sha=None):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(f"# {heading}\n\nText."), nbformat.v4.new_code_cell("QUICK = True")]
+    if en_sha:
+        nb.cells[0].metadata["zh"] = {"en_sha": en_sha}
+    nbformat.write(nb, path)
+
+
+def test_stamping_links_the_editions_and_keeps_a_translation_in_step(tmp_path, capsys):
+    """Two English lessons, a Chinese twin of the second only (translating its first cell as it is now)."""
+    folder = tmp_path / "notebooks"
+    (folder / "zh").mkdir(parents=True)
+    small_lesson(folder / "01-a.ipynb", "01 · A")
+    small_lesson(folder / "02-b.ipynb", "02 · B")
+    small_lesson(folder / "zh" / "02-b.ipynb", "02 · 乙", en_sha=source_sha(read_path(folder / "02-b.ipynb").cells[0].source))
+    readme = tmp_path / "README.zh.md"
+    readme.write_text("| # | Notebook | 你会学到 | Colab | Kaggle | Binder |\n|---|---|---|---|---|---|\n"
+                      "| 01 | [甲](notebooks/01-a.ipynb) | 一 | x | x | x |\n| 02 | [乙](notebooks/02-b.ipynb) | 二 | x | x | x |\n",
+                      encoding="utf-8")
+    stamp = stamp_tool(folder, [readme])
+    stamp.main([])
+    printed = capsys.readouterr().out.splitlines()
+    assert [line for line in printed if "01-a" in line and "zh/" in line] == [
+        "no Chinese twin: notebooks/zh/01-a.ipynb (skipped; create it with tools/translate.py)"]
+    en1, en2, zh2 = (read_path(folder / name) for name in ("01-a.ipynb", "02-b.ipynb", "zh/02-b.ipynb"))
+    assert "zh/01-a.ipynb" not in en1.cells[0].source  # no link to a twin that is not there
+    assert en2.cells[0].source.endswith("← [01 · A](01-a.ipynb) · [README](../README.md) → · [中文](zh/02-b.ipynb)\n"
+                                        f"{NAV_END}\n\nText.")
+    assert zh2.cells[0].source.endswith("← [课程目录](../../README.zh.md) · [课程目录](../../README.zh.md) → · "
+                                        f"[English](../02-b.ipynb)\n{NAV_END}\n\nText.")
+    assert f"({colab_url('zh/02-b.ipynb')})" in zh2.cells[0].source
+    assert zh2.cells[0].metadata["zh"]["en_sha"] == source_sha(en2.cells[0].source)  # only the nav changed
+    assert [c.source for c in zh2.cells[1:]] == [SETUP_ZH, "QUICK = True"]
+    assert [o.text for o in zh2.cells[1].outputs] == ["tudui is installed\n"]
+    rows = readme.read_text(encoding="utf-8").splitlines()
+    assert rows[0].endswith("| Binder | English |") and rows[1] == "|---|---|---|---|---|---|---|"
+    assert rows[2] == f"| 01 | [甲](notebooks/01-a.ipynb) | 一 | {' | '.join(badges('01-a.ipynb'))} | [English](notebooks/01-a.ipynb) |"
+    assert rows[3] == (f"| 02 | [乙](notebooks/zh/02-b.ipynb) | 二 | {' | '.join(badges('zh/02-b.ipynb'))} | "
+                       "[English](notebooks/02-b.ipynb) |")
+    files = sorted(folder.rglob("*.ipynb")) + [readme]
+    before = [f.read_bytes() for f in files]
+    stamp.main([])
+    assert [f.read_bytes() for f in files] == before  # a second run changes nothing
+
+
+def test_stamping_leaves_a_stale_translation_stale(tmp_path):
+    folder = tmp_path / "notebooks"
+    (folder / "zh").mkdir(parents=True)
+    small_lesson(folder / "01-a.ipynb", "01 · A")
+    small_lesson(folder / "zh" / "01-a.ipynb", "01 · 甲", en_sha="0123456789abcdef")
+    stamp_tool(folder, []).main([])
+    assert read_path(folder / "zh" / "01-a.ipynb").cells[0].metadata["zh"]["en_sha"] == "0123456789abcdef"
 
 
 @notebooks
@@ -239,13 +327,20 @@ def test_stamping_leaves_the_readme_tables_as_they_are(readme_name, restamped):
 
 
 @pytest.mark.parametrize("readme_name", READMES)
-@notebooks
+@pytest.mark.parametrize("name", ENGLISH)
 def test_readme_lists_the_notebook_with_its_launch_links(name, readme_name):
+    """README.md lists the English lessons; README.zh.md the Chinese ones (the English until a lesson has
+    its twin), with a last column linking the English."""
     readme = (ROOT / readme_name).read_text(encoding="utf-8")
     row = next((line for line in readme.splitlines() if line.startswith(f"| {name[:2]} | ")), "")
-    check(f"(notebooks/{name})" in row, f"{readme_name}: the notebook table has no row linking notebooks/{name}")
-    check(row.endswith(" | ".join(badges(name)) + " |"), f"{readme_name}: the row of {name} lacks its Colab, Kaggle and "
-                                                          f"Binder badges; {STAMP}")
+    listed, ending = name, badges(name)
+    if readme_name == "README.zh.md":
+        listed = f"zh/{name}" if f"zh/{name}" in CHINESE else name
+        ending = badges(listed) + [f"[English](notebooks/{name})"]
+    check(f"](notebooks/{listed})" in row.split(" | ")[1], f"{readme_name}: the notebook table has no row linking "
+                                                            f"notebooks/{listed}; {STAMP}")
+    check(row.endswith(" | ".join(ending) + " |"), f"{readme_name}: the row of {listed} lacks its Colab, Kaggle and "
+                                                   f"Binder badges{' and its English link' if readme_name == 'README.zh.md' else ''}; {STAMP}")
 
 
 def kernel_prints(code):
