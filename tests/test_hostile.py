@@ -23,6 +23,7 @@ from torch import nn
 from tudui import CheckpointError, DeviceError, Tudui, load_model, pick_device, read_checkpoint, save_checkpoint
 from tudui.checkpoint import temp_prefix
 from tudui.cli import main
+from helpers import course_tudui_class, fails_in_one_line, registered, state_equal
 
 TRAIN = ["train", "--device", "cpu", "--limit", "32", "--batch-size", "16", "--no-progress"]
 SUBPROCESS_TIMEOUT = 120
@@ -45,17 +46,6 @@ def snapshot(folder):
                 continue
             files[path] = os.readlink(path) if os.path.islink(path) else open(path, "rb").read()
     return files
-
-
-def fails_in_one_line(capsys, argv, code=2):
-    """Run the CLI; it must exit with ``code`` and write exactly one line, no traceback, to stderr."""
-    assert main(list(argv)) == code
-    out, err = capsys.readouterr()
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert "Traceback" not in err and len(lines[0]) < 500
-    assert lines[0].startswith("tudui: error: " if code == 2 else "tudui: ")
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -293,7 +283,7 @@ def test_malicious_pickles_never_run(capsys, here, kind, command):
     argv = (["predict", "--checkpoint", "evil.pth", "x.png"] if command == "predict"
             else TRAIN + ["--epochs", "2", "--resume", "--checkpoint", "evil.pth"])
     line = fails_in_one_line(capsys, argv)
-    assert "refused to unpickle" in line or "not a readable PyTorch checkpoint" in line
+    assert "refused" in line or "not a readable PyTorch checkpoint" in line
     assert not marker.exists()
     assert snapshot(here) == before
 
@@ -393,9 +383,9 @@ def test_many_class_names_are_read_in_one_pass(capsys, here):
     assert time.perf_counter() - start < 10
 
 
-def course_model(course_class, edit):
+def course_model(course_tudui_class, edit):
     torch.manual_seed(0)
-    model = course_class("model")()
+    model = course_tudui_class("model")()
     edit(model)
     return model
 
@@ -407,10 +397,9 @@ def course_model(course_class, edit):
     (lambda m: m.model.__dict__.update(_modules={"0": nn.ReLU()}), False),
     (lambda m: m.model[0].__dict__.update(_parameters={"weight": "text"}), False),
 ], ids=["shadowed-methods", "modules-none", "model-none", "relu-layer", "text-parameter"])
-def test_course_pickles_are_read_without_calling_their_methods(capsys, here, course_class, register_class,
-                                                                edit, loads):
-    model = course_model(course_class, edit)
-    with register_class(type(model), "model"):
+def test_course_pickles_are_read_without_calling_their_methods(capsys, here, edit, loads):
+    model = course_model(course_tudui_class, edit)
+    with registered(type(model), "model"):
         torch.save(model, here / "tudui_9.pth")
     argv = ["predict", "--checkpoint", "tudui_9.pth", "x.png"]
     if loads:
@@ -437,7 +426,7 @@ def png_claiming(width, height):
     ("notes.png", b"not an image", "cannot identify"),
     ("empty.png", b"", "cannot identify"),
     ("missing.png", None, "No such file"),
-    ("folder.png", "dir", "Is a directory"),
+    ("folder.png", "dir", "is a folder, not an image file"),
 ])
 def test_bad_images(capsys, here, name, content, says):
     if content == "dir":
@@ -502,7 +491,7 @@ def test_ctrl_c_is_one_line_and_exit_130(here, moment):
     assert lock_is_free(here / "ck.pth.lock")
 
 
-def test_resume_after_sigkill_equals_a_straight_run(here, same_state):
+def test_resume_after_sigkill_equals_a_straight_run(here):
     args = ["train", "--device", "cpu", "--limit", "256", "--batch-size", "16", "--no-progress", "--epochs", "6"]
     os.remove(here / "ck.pth")
     proc = subprocess.Popen([sys.executable, "-m", "tudui", *args, "--checkpoint", "killed.pth"], cwd=here,
@@ -517,5 +506,5 @@ def test_resume_after_sigkill_equals_a_straight_run(here, same_state):
     assert main(args + ["--checkpoint", "killed.pth", "--resume"]) == 0
     assert main(args + ["--checkpoint", "straight.pth"]) == 0
     assert 1 <= killed_at < 6, "the kill came too late to test a resume"
-    assert same_state(read_checkpoint("killed.pth")["model"], read_checkpoint("straight.pth")["model"])
+    assert state_equal(read_checkpoint("killed.pth")["model"], read_checkpoint("straight.pth")["model"])
     assert not [f for f in os.listdir(here) if f.endswith(".tmp")] and lock_is_free(here / "killed.pth.lock")
