@@ -58,7 +58,11 @@ def check_archive(path):
                 raise CheckpointError(f"{path!r} is a TorchScript file (torch.jit.save); save "
                                       "model.state_dict() with torch.save instead")
             _check_sizes(path, members, pickles)
-            _check_calls(path, archive.read(pickles[0]))
+            pickled = archive.read(pickles[0])
+        if pickled[:1] == b"\x80" and pickled[1:2] > b"\x03":  # torch's safe loader reads protocols 2 and 3
+            raise CheckpointError(f"{path!r} was saved with pickle_protocol={pickled[1]}, which torch's safe loader "
+                                  "cannot read; save it again with torch.save's default protocol")
+        _check_calls(path, pickled)
     except zipfile.BadZipFile:
         if head == LEGACY_MAGIC:
             raise CheckpointError(f"{path!r} is in torch's old (before 1.6) format; load it with the torch that "

@@ -35,6 +35,9 @@ def check_target(path) -> str:
     path = os.fspath(path)
     if not path.strip() or path.endswith(("/", os.sep)):
         raise CheckpointError(f"checkpoint path {path!r} names no file; give a file name such as tudui.pth")
+    size = len(os.fsencode(os.path.basename(path)))
+    if size > 255:  # the most that common file systems allow: refused now, not at the first save
+        raise CheckpointError(f"checkpoint file name is too long ({size} bytes, at most 255); choose a shorter one")
     try:
         real = os.path.realpath(path)
         folder = os.path.dirname(real)
@@ -51,6 +54,14 @@ def check_target(path) -> str:
     return real
 
 
+def lock_path(real) -> str:
+    """``<checkpoint>.lock``; for a name too long to take the suffix, a short name made from it."""
+    name = os.path.basename(real) + ".lock"
+    if len(os.fsencode(name)) > 255:  # the longest file name most file systems allow, in bytes
+        name = checkpoint.temp_prefix(real) + "lock"
+    return os.path.join(os.path.dirname(real), name)
+
+
 @contextlib.contextmanager
 def exclusive(path):
     """Hold ``<checkpoint>.lock`` while training writes ``path``; clean up temp files of killed saves.
@@ -58,7 +69,7 @@ def exclusive(path):
     The lock is the system's (``filelock``): it ends with the process that holds it, however it ends.
     """
     real = check_target(path)
-    lock = FileLock(real + ".lock", timeout=0, fallback_to_soft=False)  # a soft lock would outlive a killed run
+    lock = FileLock(lock_path(real), timeout=0, fallback_to_soft=False)  # a soft lock would outlive a killed run
     try:
         lock.acquire()
     except Timeout:
@@ -81,6 +92,8 @@ def check_checkpoint_path(args):
     """Before any training: the checkpoint can be written, and is resumed or overwritten only on request."""
     check_target(args.checkpoint)
     exists = os.path.isfile(args.checkpoint)
+    if args.resume and not exists and os.path.lexists(args.checkpoint):  # a link loop, a pipe ...
+        checks.regular_file(args.checkpoint, "checkpoint")
     if args.resume and not exists:
         raise UsageError(f"--resume: no checkpoint at {args.checkpoint!r}; train without --resume first")
     if exists and not args.resume and not args.force:
