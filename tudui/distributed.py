@@ -110,9 +110,9 @@ def setup(want="auto") -> Context:
                                 timeout=JOIN_TIMEOUT)
     except (ValueError, TypeError, RuntimeError) as exc:  # DistError and DistStoreError are RuntimeErrors
         reason = " ".join(str(exc).split())[:160] or type(exc).__name__
-        where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
-        raise LaunchError(f"cannot join the other processes (waited up to {JOIN_TIMEOUT.total_seconds():g} s for "
-                          f"all {world} at {where}): {reason}; {LAUNCH}") from None
+        waited = (f" (waited up to {JOIN_TIMEOUT.total_seconds():g} s for all {world} at {os.environ['MASTER_ADDR']}:"
+                  f"{os.environ['MASTER_PORT']})" if {"MASTER_ADDR", "MASTER_PORT"} <= os.environ.keys() else "")
+        raise LaunchError(f"cannot join the other processes{waited}: {reason}; {LAUNCH}") from None
     return Context(rank, world, local, device, backend)
 
 
