@@ -625,6 +625,12 @@ def special_files(here):
     return made
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="/dev/stdout as a link to a pipe is Linux's")
+def test_dev_stdout_into_a_pipe_is_not_a_checkpoint(here):
+    proc = run_tudui(["-m", "tudui", *TRAIN, "--epochs", "1", "--checkpoint", "/dev/stdout"], here)
+    assert proc.returncode == 2 and "not a regular file" in proc.stderr and proc.stdout == "", proc.stderr
+
+
 @pytest.mark.parametrize("role", ["checkpoint", "image", "resume"])
 def test_pipes_devices_and_link_loops_never_hang(capsys, here, role):
     for name, says in special_files(here).items():
@@ -928,3 +934,26 @@ def test_a_launch_with_no_peers_gives_up_in_time_and_says_on_what(capsys, here, 
     assert time.monotonic() - start < 60  # 2 s, and torch's own retries
     assert "cannot join the other processes" in line or "WORLD_SIZE" in line
     assert world != "2" or f"waited up to 2 s for all 2 at 127.0.0.1:{port}" in line
+
+
+def quantized_weights():
+    weights = Tudui().state_dict()
+    weights["model.8.weight"] = torch.quantize_per_tensor(weights["model.8.weight"], 0.1, 0, torch.qint8)
+    return weights
+
+
+def sparse_csr_weights():
+    weights = Tudui().state_dict()
+    weights["model.8.weight"] = weights["model.8.weight"].to_sparse_csr()
+    return weights
+
+
+@pytest.mark.parametrize("content", [quantized_weights, sparse_csr_weights,
+                                     lambda: Payload(torch.cuda.FloatTensor, 3)])
+def test_what_torch_warns_about_while_loading_stays_one_line(capfd, here, content):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.save(content(), here / "odd.pth")
+    assert main(["predict", "--checkpoint", "odd.pth", "x.png"]) == 2
+    out, err = capfd.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and "odd.pth" in err, err

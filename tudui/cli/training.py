@@ -41,7 +41,7 @@ def check_target(path) -> str:
     try:
         real = os.path.realpath(path)
         folder = os.path.dirname(real)
-        if os.path.exists(real) and not os.path.isfile(real):
+        if any(os.path.exists(p) and not os.path.isfile(p) for p in (path, real)):  # /dev/stdout: a pipe
             kind = "a folder" if os.path.isdir(real) else "not a regular file"
             raise CheckpointError(f"checkpoint path {path!r} is {kind}; give a file name such as tudui.pth")
         if not os.path.isdir(folder):
