@@ -883,7 +883,7 @@ def test_a_deeply_nested_setting_is_refused_in_one_line(capsys, here):
                                                                     "--checkpoint", "deep.pth"])
 
 
-# --- full disks, locks, launches ----------------------------------------------------------------------------------------
+# --- full disks, locks, launches ------------------------------------------------------------------------------
 
 FULL_DISK = """
 import resource, sys
