@@ -10,6 +10,7 @@ from torch import nn
 from tudui import (CheckpointError, DeviceError, History, Tudui, load_checkpoint, load_model, read_checkpoint,
                    save_checkpoint)
 from tudui.cli import main
+from helpers import course_tudui_class, registered, saved_as_on_gpu, state_equal
 
 NO_CUDA = not torch.cuda.is_available()
 
@@ -35,15 +36,15 @@ def optimizer_states_equal(a, b):
 
 # --- our checkpoints ----------------------------------------------------------------------------
 
-def test_round_trip(tmp_path, same_state):
+def test_round_trip(tmp_path):
     model, optimizer = trained_pair()
     path = tmp_path / "ck.pth"
     assert save_checkpoint(path, model, optimizer, epoch=3, note="hello", history={"loss": [2.3, 1.5]}) == str(path)
     fresh = Tudui()
     fresh_opt = torch.optim.SGD(fresh.parameters(), lr=0.5, momentum=0.9)
-    assert not same_state(fresh.state_dict(), model.state_dict())
+    assert not state_equal(fresh.state_dict(), model.state_dict())
     info = load_checkpoint(path, fresh, fresh_opt)
-    assert same_state(fresh.state_dict(), model.state_dict())
+    assert state_equal(fresh.state_dict(), model.state_dict())
     assert fresh_opt.state_dict()["state"]  # momentum buffers came back
     assert optimizer_states_equal(fresh_opt, optimizer)
     assert fresh_opt.param_groups[0]["lr"] == 1e-2
@@ -51,12 +52,12 @@ def test_round_trip(tmp_path, same_state):
                     "format": "tudui-checkpoint"}
 
 
-def test_load_model_gives_eval_mode_tudui(tmp_path, same_state):
+def test_load_model_gives_eval_mode_tudui(tmp_path):
     model, _ = trained_pair()
     save_checkpoint(tmp_path / "ck.pth", model)
     loaded = load_model(tmp_path / "ck.pth")
     assert type(loaded) is Tudui and not loaded.training
-    assert same_state(loaded.state_dict(), model.state_dict())
+    assert state_equal(loaded.state_dict(), model.state_dict())
 
 
 def test_restore_rng_makes_the_same_random_numbers(tmp_path):
@@ -78,23 +79,23 @@ def test_optimizer_requested_but_not_saved(tmp_path):
         load_checkpoint(tmp_path / "ck.pth", Tudui(), torch.optim.SGD(Tudui().parameters(), lr=0.1))
 
 
-def test_plain_state_dict_file(tmp_path, same_state):
+def test_plain_state_dict_file(tmp_path):
     model, _ = trained_pair()
     torch.save(model.state_dict(), tmp_path / "sd.pth")
     fresh = Tudui()
     info = load_checkpoint(tmp_path / "sd.pth", fresh)
     assert info["format"] == "state_dict" and info["epoch"] is None and info["extra"] == {}
-    assert same_state(fresh.state_dict(), model.state_dict())
+    assert state_equal(fresh.state_dict(), model.state_dict())
 
 
-def test_wrapped_models_save_and_load_plain_keys(tmp_path, same_state):
+def test_wrapped_models_save_and_load_plain_keys(tmp_path):
     model, _ = trained_pair()
     wrapped = nn.DataParallel(model)  # state_dict keys gain "module."; the file must not
     save_checkpoint(tmp_path / "ck.pth", wrapped)
     assert list(read_checkpoint(tmp_path / "ck.pth")["model"]) == list(Tudui().state_dict())
     target = nn.DataParallel(Tudui())
     load_checkpoint(tmp_path / "ck.pth", target)
-    assert same_state(target.module.state_dict(), model.state_dict())
+    assert state_equal(target.module.state_dict(), model.state_dict())
 
 
 def test_save_makes_folders_and_leaves_no_temp_file(tmp_path):
@@ -107,7 +108,7 @@ def test_save_makes_folders_and_leaves_no_temp_file(tmp_path):
 
 
 @pytest.mark.parametrize("interruption", [RuntimeError("disk full"), KeyboardInterrupt()], ids=["error", "ctrl-c"])
-def test_interrupted_save_keeps_the_previous_file(tmp_path, monkeypatch, interruption, same_state):
+def test_interrupted_save_keeps_the_previous_file(tmp_path, monkeypatch, interruption):
     model, _ = trained_pair(seed=0)
     path = tmp_path / "ck.pth"
     save_checkpoint(path, model, epoch=1)
@@ -125,12 +126,12 @@ def test_interrupted_save_keeps_the_previous_file(tmp_path, monkeypatch, interru
     assert os.listdir(tmp_path) == ["ck.pth"]  # no temp file left behind
     fresh = Tudui()
     assert load_checkpoint(path, fresh)["epoch"] == 1
-    assert same_state(fresh.state_dict(), model.state_dict())
+    assert state_equal(fresh.state_dict(), model.state_dict())
 
 
 # --- files saved on a GPU -----------------------------------------------------------------------
 
-def test_gpu_tagged_checkpoint_loads_on_cpu(tmp_path, saved_as_on_gpu, same_state):
+def test_gpu_tagged_checkpoint_loads_on_cpu(tmp_path):
     model, optimizer = trained_pair()
     path = tmp_path / "gpu.pth"
     with saved_as_on_gpu():
@@ -142,13 +143,13 @@ def test_gpu_tagged_checkpoint_loads_on_cpu(tmp_path, saved_as_on_gpu, same_stat
     fresh_opt = torch.optim.SGD(fresh.parameters(), lr=0.1, momentum=0.9)
     info = load_checkpoint(path, fresh, fresh_opt, device="cpu", restore_rng=True)
     assert info["epoch"] == 5
-    assert same_state(fresh.state_dict(), model.state_dict())
+    assert state_equal(fresh.state_dict(), model.state_dict())
     assert all(p.device.type == "cpu" for p in fresh.parameters())
     assert optimizer_states_equal(fresh_opt, optimizer)
     assert all(s["momentum_buffer"].device.type == "cpu" for s in fresh_opt.state_dict()["state"].values())
 
 
-def test_gpu_tagged_state_dict_loads_on_cpu(tmp_path, saved_as_on_gpu, same_state):
+def test_gpu_tagged_state_dict_loads_on_cpu(tmp_path):
     model, _ = trained_pair()
     with saved_as_on_gpu():
         torch.save(model.state_dict(), tmp_path / "sd.pth")
@@ -156,7 +157,7 @@ def test_gpu_tagged_state_dict_loads_on_cpu(tmp_path, saved_as_on_gpu, same_stat
         with pytest.raises(RuntimeError, match="CUDA"):
             torch.load(tmp_path / "sd.pth")
     loaded = load_model(tmp_path / "sd.pth", device="cpu")
-    assert same_state(loaded.state_dict(), model.state_dict())
+    assert state_equal(loaded.state_dict(), model.state_dict())
 
 
 @pytest.mark.skipif(not NO_CUDA, reason="this machine has a GPU")
@@ -170,13 +171,12 @@ def test_loading_onto_missing_cuda_says_so(tmp_path):
 
 @pytest.mark.parametrize("gpu_tags", [False, True], ids=["cpu-saved", "gpu-saved"])
 @pytest.mark.parametrize("module", ["model", "__main__", "p27_train"])
-def test_course_whole_model_file_loads(tmp_path, module, gpu_tags, course_class, register_class,
-                                       saved_as_on_gpu, same_state):
+def test_course_whole_model_file_loads(tmp_path, module, gpu_tags):
     path = tmp_path / "tudui_9.pth"
     torch.manual_seed(0)
-    cls = course_class(module)
+    cls = course_tudui_class(module)
     course_model = cls()
-    with register_class(cls, module):  # the learner's machine: their class is importable
+    with registered(cls, module):  # the learner's machine: their class is importable
         if gpu_tags:
             with saved_as_on_gpu():
                 torch.save(course_model, path)  # the course: torch.save(tudui, "tudui_{}.pth".format(i))
@@ -189,14 +189,14 @@ def test_course_whole_model_file_loads(tmp_path, module, gpu_tags, course_class,
         torch.load(path)
     loaded = load_model(path, device="cpu")
     assert type(loaded) is Tudui
-    assert same_state(loaded.state_dict(), course_model.state_dict())
+    assert state_equal(loaded.state_dict(), course_model.state_dict())
     x = torch.rand(2, 3, 32, 32)
     with torch.no_grad():
         assert torch.equal(loaded(x), course_model.eval()(x))
     assert load_checkpoint(path, Tudui())["format"] == "course whole-model file"
 
 
-def test_course_file_refuses_other_layers(tmp_path, register_class):
+def test_course_file_refuses_other_layers(tmp_path):
     """A whole model with a layer the course's Tudui does not have (here ReLU) is not unpickled."""
     class Tudui(nn.Module):
         def __init__(self):
@@ -204,7 +204,7 @@ def test_course_file_refuses_other_layers(tmp_path, register_class):
             self.model = nn.Sequential(nn.Conv2d(3, 32, 5, 1, 2), nn.ReLU())
 
     Tudui.__module__, Tudui.__qualname__ = "model", "Tudui"
-    with register_class(Tudui, "model"):
+    with registered(Tudui, "model"):
         torch.save(Tudui(), tmp_path / "relu.pth")
     with pytest.raises(CheckpointError, match="ReLU"):
         load_model(tmp_path / "relu.pth")
@@ -251,7 +251,7 @@ def test_malicious_pickle_is_refused_and_never_runs(tmp_path, kind, where):
     assert not marker.exists()
 
 
-def test_a_foreign_class_named_tudui_does_not_run(tmp_path, register_class):
+def test_a_foreign_class_named_tudui_does_not_run(tmp_path):
     """Any ``*.Tudui`` is read as OUR Tudui: a stranger's class of that name never executes."""
     marker = tmp_path / "pwned"
 
@@ -264,7 +264,7 @@ def test_a_foreign_class_named_tudui_does_not_run(tmp_path, register_class):
             return type(self), (str(marker),)
 
     Tudui.__module__, Tudui.__qualname__ = "evil", "Tudui"
-    with register_class(Tudui, "evil"):
+    with registered(Tudui, "evil"):
         torch.save(Tudui(), tmp_path / "evil.pth")
     with pytest.raises(CheckpointError):
         load_model(tmp_path / "evil.pth")
@@ -376,7 +376,7 @@ def final_weights(path):
 
 
 @pytest.mark.parametrize("loader", ["dataloader", "resident"])
-def test_resume_equals_uninterrupted_training(tmp_path, monkeypatch, capsys, loader, same_state):
+def test_resume_equals_uninterrupted_training(tmp_path, monkeypatch, capsys, loader):
     monkeypatch.chdir(tmp_path)
     common = ["train", "--data", "synthetic", "--limit", "64", "--batch-size", "16", "--device", "cpu",
               "--seed", "7", "--no-progress", "--loader", loader]
@@ -387,15 +387,15 @@ def test_resume_equals_uninterrupted_training(tmp_path, monkeypatch, capsys, loa
     out = capsys.readouterr().out
     assert "resuming after epoch 1 from resumed.pth" in out
     straight, resumed = final_weights("straight.pth"), final_weights("resumed.pth")
-    assert not same_state(after_one, resumed)  # the resumed run did train
-    assert same_state(straight, resumed)
+    assert not state_equal(after_one, resumed)  # the resumed run did train
+    assert state_equal(straight, resumed)
     assert read_checkpoint("resumed.pth")["epoch"] == read_checkpoint("straight.pth")["epoch"] == 2
 
 
 # --- a real GPU ---------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-def test_real_gpu_checkpoint_loads_on_cpu(tmp_path, same_state):
+def test_real_gpu_checkpoint_loads_on_cpu(tmp_path):
     model, optimizer = trained_pair()
     model_gpu = Tudui().to("cuda")
     model_gpu.load_state_dict(model.state_dict())
@@ -408,12 +408,12 @@ def test_real_gpu_checkpoint_loads_on_cpu(tmp_path, same_state):
     fresh_opt = torch.optim.SGD(fresh.parameters(), lr=0.1, momentum=0.9)
     load_checkpoint(tmp_path / "gpu.pth", fresh, fresh_opt, device="cpu")
     assert all(p.device.type == "cpu" for p in fresh.parameters())
-    assert same_state(fresh.state_dict(), model.state_dict())
+    assert state_equal(fresh.state_dict(), model.state_dict())
     assert optimizer_states_equal(fresh_opt, optimizer)
 
 
 @pytest.mark.gpu
-def test_cpu_checkpoint_resumes_on_gpu(tmp_path, same_state):
+def test_cpu_checkpoint_resumes_on_gpu(tmp_path):
     model, optimizer = trained_pair()
     save_checkpoint(tmp_path / "cpu.pth", model, optimizer, epoch=1)
     target = Tudui()
@@ -424,4 +424,4 @@ def test_cpu_checkpoint_resumes_on_gpu(tmp_path, same_state):
     loss = target(torch.rand(2, 3, 32, 32, device="cuda")).sum()
     loss.backward()
     target_opt.step()  # optimizer state and parameters are on the same device
-    assert same_state(load_model(tmp_path / "cpu.pth", device="cuda").state_dict(), model.state_dict())
+    assert state_equal(load_model(tmp_path / "cpu.pth", device="cuda").state_dict(), model.state_dict())

@@ -12,7 +12,8 @@ from torch.utils.data import DistributedSampler, SequentialSampler
 
 import tudui
 from tudui import CLASSES, DataError, SyntheticCIFAR10, cifar10, describe_data, is_synthetic, loaders
-from tudui.data import DOWNLOAD_TIMEOUT_S, IMAGES_PER_SPLIT, cifar10_on_disk, default_num_workers, default_source
+from tudui.data import DOWNLOAD_TIMEOUT_S, cifar10_on_disk, default_num_workers, default_source
+from helpers import course_setup
 
 CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
@@ -58,7 +59,6 @@ def test_limit_gives_a_prefix():
 
 def test_limit_is_capped_at_the_split_size():
     """Never more images than CIFAR-10 has, and never an allocation for more (10**12 would not fit)."""
-    assert IMAGES_PER_SPLIT == {"train": 50_000, "test": 10_000}
     whole = SyntheticCIFAR10(train=False)
     capped = cifar10(False, source="synthetic", limit=10**12)
     assert len(whole) == len(capped) == len(capped.targets) == 10_000
@@ -273,7 +273,7 @@ def test_cifar10_on_disk_checks_every_file_by_name(fake_cifar10_root, tmp_path):
 # --- learnable: the course's recipe learns it in one epoch --------------------------------------
 
 @pytest.mark.slow
-def test_tudui_learns_synthetic_data_in_one_epoch(course_setup):
+def test_tudui_learns_synthetic_data_in_one_epoch():
     # The shuffle order decides how far one epoch gets: course_setup seeds and draws in a fixed order.
     model, train_loader, test_loader, loss_fn, optimizer = course_setup(5000, 1000)
     tudui.train_one_epoch(model, train_loader, loss_fn, optimizer, "cpu", progress=False)

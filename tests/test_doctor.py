@@ -11,6 +11,7 @@ import torch
 
 from tudui.cli import doctor
 from tudui.cli.doctor import NvidiaSmi, TorchBuild
+from tudui.timing import Timing
 
 WINDOWS_566_HEADER = """\
 Tue Dec 10 21:04:11 2024
@@ -455,8 +456,17 @@ def test_torch_build_reads_the_installed_torch(monkeypatch):
     assert doctor.describe_build(doctor.torch_build()) == "CUDA 12.6 build"
 
 
-def test_training_speed_is_measured():
-    assert doctor.training_speed("cpu", batch_size=8, steps=1) > 0
+def test_training_speed_is_images_over_the_median_time(monkeypatch):
+    timed = []
+
+    def fake_measure(fn, device, repeat, warmup):
+        fn()  # the real steps run once
+        timed.append((str(device), repeat, warmup))
+        return Timing([0.5, 0.25, 1.0])  # median 0.5 s
+
+    monkeypatch.setattr(doctor, "measure", fake_measure)
+    assert doctor.training_speed("cpu", batch_size=8, steps=2, repeat=3) == 8 * 2 / 0.5
+    assert timed == [("cpu", 3, 0)]
 
 
 def test_training_speed_warms_up_before_the_clock_starts(monkeypatch):

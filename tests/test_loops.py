@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader, Subset
 
 import tudui
 from tudui import History, Tudui, cifar10, evaluate, fit, train_one_epoch
+from helpers import course_setup
 
 KEYS = {"loss", "accuracy", "images_per_s", "seconds"}
 loops = tudui.loops
@@ -243,7 +244,7 @@ def test_no_host_sync_per_batch(small_set, host_syncs):
 
 
 @pytest.mark.gpu
-def test_train_on_gpu_with_pinned_batches(course_setup):
+def test_train_on_gpu_with_pinned_batches():
     model, train_loader, test_loader, loss_fn, optimizer = course_setup(256, 64, device="cuda")
     assert train_loader.pin_memory
     history = fit(model, train_loader, test_loader, loss_fn, optimizer, "cuda", epochs=2,

@@ -13,8 +13,21 @@ def test_measure_runs_warmup_untimed_then_times_each_repeat():
     t = measure(lambda: calls.append(1), "cpu", repeat=4, warmup=2)
     assert len(calls) == 6  # 2 untimed + 4 timed
     assert len(t.times) == 4
-    assert t.best == min(t.times) and t.best <= t.median <= max(t.times)
     assert "median of 4" in str(t)
+
+
+def test_measure_reports_each_call_its_median_and_best(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    durations = iter([5.0, 0.25, 3.0, 1.0, 2.0, 4.0])  # the first is the untimed warm-up
+
+    def work():
+        clock[0] += next(durations)
+
+    t = measure(work, "cpu", repeat=5, warmup=1)
+    assert t.times == [0.25, 3.0, 1.0, 2.0, 4.0]
+    assert (t.median, t.best) == (2.0, 0.25)
+    assert str(t) == "2000.00 ms (median of 5)"
 
 
 def test_measure_sees_the_work():

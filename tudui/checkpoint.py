@@ -187,8 +187,11 @@ def load_checkpoint(path, model, optimizer=None, device="cpu", restore_rng=False
             torch.set_rng_state(ours["rng"].cpu())
     except (RuntimeError, ValueError, KeyError, TypeError, AttributeError) as exc:
         reason = " ".join(str(exc).split()).replace(f"Error(s) in loading state_dict for {type(target).__name__}: ", "")
-        raise CheckpointError(f"{os.fspath(path)!r}: does not fit {type(target).__name__}: "
-                              f"{reason if len(reason) < 240 else reason[:237] + '...'}") from None
+        wrapped = [p for p in ("module.", "_orig_mod.") if all(str(k).startswith(p) for k in weights)]
+        hint = (f"its keys start with {wrapped[0]!r} (saved from a wrapped model): save "
+                "tudui.unwrap(model).state_dict(); " if wrapped else "")
+        raise CheckpointError(f"{os.fspath(path)!r}: does not fit {type(target).__name__}: {hint}"
+                              f"{reason if len(reason) < 200 else reason[:197] + '...'}") from None
     return {"epoch": ours.get("epoch"), "extra": ours.get("extra", {}), "format": kind}
 
 

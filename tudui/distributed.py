@@ -9,6 +9,7 @@ Without torchrun it returns a single-process :class:`Context` and joins nothing.
 """
 from __future__ import annotations
 
+import datetime
 import os
 import sys
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ from .device import DeviceError, pick_device
 
 BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
 LAUNCH = "launch with: torchrun --nproc-per-node=N -m tudui train ..."
+JOIN_TIMEOUT = datetime.timedelta(minutes=10)  # joining, and any one collective (a barrier while rank 0 downloads)
 
 
 class LaunchError(RuntimeError):
@@ -104,10 +106,13 @@ def setup(want="auto") -> Context:
         torch.cuda.set_device(device)
     try:  # init_process_group checks the rest (MASTER_ADDR, MASTER_PORT, RANK < WORLD_SIZE ...)
         # device_id binds the group to this process's GPU (collectives and barriers use it).
-        dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
+        dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None,
+                                timeout=JOIN_TIMEOUT)
     except (ValueError, TypeError, RuntimeError) as exc:  # DistError and DistStoreError are RuntimeErrors
-        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
-        raise LaunchError(f"cannot join the other processes: {reason}; {LAUNCH}") from None
+        reason = " ".join(str(exc).split())[:160] or type(exc).__name__
+        waited = (f" (waited up to {JOIN_TIMEOUT.total_seconds():g} s for all {world} at {os.environ['MASTER_ADDR']}:"
+                  f"{os.environ['MASTER_PORT']})" if {"MASTER_ADDR", "MASTER_PORT"} <= os.environ.keys() else "")
+        raise LaunchError(f"cannot join the other processes{waited}: {reason}; {LAUNCH}") from None
     return Context(rank, world, local, device, backend)
 
 

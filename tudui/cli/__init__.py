@@ -7,10 +7,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 import traceback
 
 from .. import checkpoint, data, device, distributed
+from .console import console
 from .prediction import predict
 from .training import UsageError, train
 
@@ -21,6 +23,11 @@ KNOWN_ERRORS = (UsageError, device.DeviceError, data.DataError, checkpoint.Check
 
 
 class Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # "-inf", "-1e-3" and "-nan" are values (refused by range), not options
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf(inity)?|nan)$", re.I)
+
     def error(self, message):
         raise UsageError(f"{message} (see: {self.prog} --help)")
 
@@ -80,16 +87,23 @@ def _one_line(exc, limit=300) -> str:
 
 
 def main(argv=None) -> int:
-    """Run one command; every failure ends in one line on stderr and an exit code (2 usage, 1 bug, 130 Ctrl-C)."""
+    """Run one command; every failure ends in one line on stderr and an exit code (2 usage, 1 bug,
+    130 Ctrl-C or SIGTERM)."""
+    with console():
+        return _run(argv)
+
+
+def _run(argv) -> int:
+    args = None
     try:
         args = build_parser().parse_args(argv)
         {"doctor": diagnose, "train": train, "predict": predict}[args.command](args)
     except KNOWN_ERRORS as exc:
         print(f"tudui: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        doctor = list(sys.argv[1:] if argv is None else argv)[:1] == ["doctor"]  # it saves nothing
-        print("tudui: interrupted" + ("" if doctor else " (the last saved checkpoint is intact)"), file=sys.stderr)
+    except KeyboardInterrupt:  # a checkpoint there now was saved by this run or was there before: it is whole
+        kept = getattr(args, "command", None) == "train" and os.path.isfile(args.checkpoint)
+        print("tudui: interrupted" + (" (the last saved checkpoint is intact)" if kept else ""), file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:
         if os.environ.get("TUDUI_DEBUG") == "1":

@@ -6,23 +6,31 @@ import warnings
 import torch
 
 from .. import checkpoint, data, device
+from ..checkpoint import CheckpointError
+from . import checks
+from .console import quiet
 from .training import UsageError
 
 
 def open_image(path):
-    """``path`` as an 8-bit RGB image; a UsageError saying why not."""
+    """``path`` as an 8-bit RGB image, turned as its EXIF orientation says (phone photos); a UsageError if not."""
     import numpy as np
-    from PIL import Image
+    from PIL import Image, ImageOps
 
     try:
-        with warnings.catch_warnings():
+        checks.regular_file(path, "image")
+    except CheckpointError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        with quiet():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image = Image.open(path)
             image.load()
+            image = ImageOps.exif_transpose(image)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise UsageError(f"{path!r}: refused: more than {Image.MAX_IMAGE_PIXELS:,} pixels "
                          "(a decompression bomb?)") from None
-    except (OSError, ValueError, SyntaxError) as exc:  # missing, a folder, not an image, truncated ...
+    except Exception as exc:  # only Pillow ran: not an image, truncated, a decoder's RuntimeError ...
         reason = getattr(exc, "strerror", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
         raise UsageError(f"{path!r}: cannot read image: {reason[:120]}") from None
     if image.mode.startswith("I"):  # 16- or 32-bit grey: scale to 8 bits instead of saturating
@@ -34,7 +42,9 @@ def predict(args):
     from torchvision import transforms
 
     dev = device.pick_device(args.device)
-    model = checkpoint.load_model(args.checkpoint, dev)
+    checks.read_checked(args.checkpoint)
+    with quiet():
+        model = checkpoint.load_model(args.checkpoint, dev)
     to_input = transforms.Compose([transforms.Resize((32, 32)), transforms.ToTensor()])
     for path in args.images:
         image = open_image(path)

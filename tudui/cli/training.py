@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import glob
-import math
 import os
 
 import torch
@@ -20,6 +19,8 @@ from filelock import FileLock, Timeout
 from .. import checkpoint, data, distributed, loops, resident
 from ..checkpoint import CheckpointError
 from ..model import Tudui
+from . import checks
+from .console import quiet, raise_if_interrupted
 
 # Settings a resumed run must share with the run that wrote the checkpoint.
 RESUMED_SETTINGS = ("lr", "batch_size", "data", "limit", "seed", "loader")
@@ -34,10 +35,13 @@ def check_target(path) -> str:
     path = os.fspath(path)
     if not path.strip() or path.endswith(("/", os.sep)):
         raise CheckpointError(f"checkpoint path {path!r} names no file; give a file name such as tudui.pth")
+    size = len(os.fsencode(os.path.basename(path)))
+    if size > 255:  # the most that common file systems allow: refused now, not at the first save
+        raise CheckpointError(f"checkpoint file name is too long ({size} bytes, at most 255); choose a shorter one")
     try:
         real = os.path.realpath(path)
         folder = os.path.dirname(real)
-        if os.path.exists(real) and not os.path.isfile(real):
+        if any(os.path.exists(p) and not os.path.isfile(p) for p in (path, real)):  # /dev/stdout: a pipe
             kind = "a folder" if os.path.isdir(real) else "not a regular file"
             raise CheckpointError(f"checkpoint path {path!r} is {kind}; give a file name such as tudui.pth")
         if not os.path.isdir(folder):
@@ -50,6 +54,14 @@ def check_target(path) -> str:
     return real
 
 
+def lock_path(real) -> str:
+    """``<checkpoint>.lock``; for a name too long to take the suffix, a short name made from it."""
+    name = os.path.basename(real) + ".lock"
+    if len(os.fsencode(name)) > 255:  # the longest file name most file systems allow, in bytes
+        name = checkpoint.temp_prefix(real) + "lock"
+    return os.path.join(os.path.dirname(real), name)
+
+
 @contextlib.contextmanager
 def exclusive(path):
     """Hold ``<checkpoint>.lock`` while training writes ``path``; clean up temp files of killed saves.
@@ -57,7 +69,7 @@ def exclusive(path):
     The lock is the system's (``filelock``): it ends with the process that holds it, however it ends.
     """
     real = check_target(path)
-    lock = FileLock(real + ".lock", timeout=0, fallback_to_soft=False)  # a soft lock would outlive a killed run
+    lock = FileLock(lock_path(real), timeout=0, fallback_to_soft=False)  # a soft lock would outlive a killed run
     try:
         lock.acquire()
     except Timeout:
@@ -80,6 +92,8 @@ def check_checkpoint_path(args):
     """Before any training: the checkpoint can be written, and is resumed or overwritten only on request."""
     check_target(args.checkpoint)
     exists = os.path.isfile(args.checkpoint)
+    if args.resume and not exists and os.path.lexists(args.checkpoint):  # a link loop, a pipe ...
+        checks.regular_file(args.checkpoint, "checkpoint")
     if args.resume and not exists:
         raise UsageError(f"--resume: no checkpoint at {args.checkpoint!r}; train without --resume first")
     if exists and not args.resume and not args.force:
@@ -87,34 +101,9 @@ def check_checkpoint_path(args):
                          "overwrite it with --force, or choose another --checkpoint")
 
 
-def _check_optimizer(saved, optimizer, path):
-    """What torch's Optimizer.load_state_dict does not check: the groups' settings are those of this run
-    (the learning rate aside: it is compared with the run's settings), and state tensors fit their parameters."""
-    bad = CheckpointError(f"{path!r}: its optimizer state does not fit {type(optimizer).__name__} over this model")
-    if not isinstance(saved, dict) or not isinstance(saved.get("param_groups"), list) \
-            or not isinstance(saved.get("state"), dict):
-        raise bad
-    ours = optimizer.state_dict()["param_groups"]
-    groups = saved["param_groups"]
-    if len(groups) != len(ours) or any(not isinstance(g, dict) or g.keys() != o.keys() or g["params"] != o["params"]
-                                       for g, o in zip(groups, ours)):
-        raise bad
-    if any(not isinstance(g["lr"], float) or not math.isfinite(g["lr"]) or g["lr"] <= 0 for g in groups):
-        raise bad
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    for i, entry in saved["state"].items():
-        if not (isinstance(i, int) and 0 <= i < len(params) and isinstance(entry, dict)):
-            raise bad
-        for value in entry.values():
-            if not (value is None or type(value) in (torch.Tensor, torch.nn.Parameter)
-                    and value.is_floating_point() and value.shape == params[i].shape):
-                raise bad
-
-
 def _check_resumable(path, optimizer):
     """The parts of our format a resume uses: a whole epoch, plain extras, a CPU generator state."""
-    obj = checkpoint.read_checkpoint(path)
-    _, kind, ours = checkpoint.parts(obj, path)
+    kind, ours = checks.read_checked(path)
     if kind != checkpoint.FORMAT:
         raise UsageError(f"--resume: {path!r} is a {kind}, with no optimizer state; train without --resume")
     epoch, rng = ours.get("epoch"), ours.get("rng")
@@ -122,7 +111,7 @@ def _check_resumable(path, optimizer):
         raise CheckpointError(f"{path!r}: its epoch {str(epoch)[:20]!r} is not a whole number of epochs")
     if not isinstance(ours.get("extra"), dict):
         raise CheckpointError(f"{path!r}: its 'extra' entry is not a dict")
-    _check_optimizer(ours.get("optimizer"), optimizer, path)
+    checks.check_optimizer(ours.get("optimizer"), optimizer, path)
     try:
         if type(rng) is not torch.Tensor or rng.dtype != torch.uint8:
             raise TypeError
@@ -131,23 +120,40 @@ def _check_resumable(path, optimizer):
         raise CheckpointError(f"{path!r}: its saved random state is not a CPU generator state") from None
 
 
-def _resume(args, model, optimizer, dev, settings) -> int:
-    """Load the checkpoint; refuse it if it was trained with other settings. Returns its epoch."""
+def _resume(args, model, optimizer, dev, settings):
+    """Load the checkpoint; refuse it if it was trained with other settings. Returns (its epoch, its settings)."""
     _check_resumable(args.checkpoint, optimizer)
-    info = checkpoint.load_checkpoint(args.checkpoint, model, optimizer, dev, restore_rng=True)
+    with quiet():
+        info = checkpoint.load_checkpoint(args.checkpoint, model, optimizer, dev, restore_rng=True)
     recorded = info["extra"].get("args") if isinstance(info["extra"].get("args"), dict) else {}
     recorded = {**recorded, "lr": optimizer.param_groups[0]["lr"]}  # the lr the optimizer state really has
-    changed = [f"--{k.replace('_', '-')} {str(recorded[k])[:40]} (not {settings[k]})"
-               for k in RESUMED_SETTINGS if k in recorded and recorded[k] != settings[k]]
+    changed = [f"--{k.replace('_', '-')} {_shown(recorded[k])} (not {settings[k]})" for k in RESUMED_SETTINGS
+               if k in recorded and not (type(recorded[k]) is type(settings[k]) and recorded[k] == settings[k])]
     if changed:
         raise UsageError(f"--resume: {args.checkpoint!r} was trained with {', '.join(changed)}; resume with the "
                          "same settings, or start a new run with --force")
-    return info["epoch"]
+    return info["epoch"], recorded
 
 
-def _announce(log, ctx, args, train_set, start):
+def _shown(value) -> str:
+    return str(value)[:40] if type(value) in checks.PLAIN else f"<a {type(value).__name__}>"
+
+
+def workers_note(recorded, workers):
+    """A line when DataLoader workers were on when the checkpoint was written and are off now, or the
+    reverse: batches are the same, but the weights then differ slightly from an uninterrupted run."""
+    before = recorded.get("workers")
+    if type(before) is int and (before > 0) != (workers > 0):
+        return (f"note: the checkpoint was trained with {before} DataLoader workers, this run uses {workers}: the "
+                "batches are the same but the results will differ slightly from an uninterrupted run")
+    return None
+
+
+def _announce(log, ctx, args, train_set, start, note):
     procs = f", {ctx.world_size} processes ({ctx.backend})" if ctx.distributed else ""
     log(f"device: {ctx.device}{procs}; data: {data.describe_data(train_set)}; loader: {args.loader}")
+    if note:
+        log(note)
     if start:
         log(f"resuming after epoch {start} from {args.checkpoint}")
     if start >= args.epochs:
@@ -162,24 +168,30 @@ def _run_training(args, ctx):
     model = Tudui().to(ctx.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     settings = {**vars(args), "data": "synthetic" if data.is_synthetic(train_set) else "cifar10"}
-    start = _resume(args, model, optimizer, ctx.device, settings) if args.resume else 0
+    start, recorded = _resume(args, model, optimizer, ctx.device, settings) if args.resume else (0, {})
     if ctx.distributed:
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
     make = resident.resident_loaders if args.loader == "resident" else data.loaders
     train_loader, test_loader = make(train_set, test_set, args.batch_size, ctx.device,
                                      distributed=ctx.distributed, seed=args.seed)
+    settings["workers"] = getattr(train_loader, "num_workers", 0)  # resident loaders have none
     log = print if ctx.is_main else None
     if log:
-        _announce(log, ctx, args, train_set, start)
+        _announce(log, ctx, args, train_set, start, workers_note(recorded, settings["workers"]))
+    lines = []  # the epoch's line is printed once the epoch is saved
 
     def save(epoch, history):
         if ctx.is_main:  # one writer
             checkpoint.save_checkpoint(args.checkpoint, model, optimizer, epoch, args=settings)
+            for line in lines:
+                print(line)
+        lines.clear()
+        raise_if_interrupted()  # a Ctrl-C that something swallowed during the epoch stops the run here
 
     loops.fit(model, train_loader, test_loader, torch.nn.CrossEntropyLoss(), optimizer, ctx.device,
               args.epochs, start_epoch=start, on_epoch_end=save,
-              progress=ctx.is_main and not args.no_progress, log=log)
+              progress=ctx.is_main and not args.no_progress, log=lines.append)
     if log and start < args.epochs:
         log(f"saved {args.checkpoint}")
 

@@ -1,0 +1,92 @@
+"""The console of a command: output that never fails it, and interrupts that always reach it.
+
+Output: what the console cannot show is printed escaped (a GBK file name, Chinese on an ASCII console),
+and a reader that goes away (``| head -1``, a full disk) silences the rest instead of failing the run.
+Interrupts: SIGTERM (``docker stop``, Kaggle, Colab) ends a run as Ctrl-C does, and a Ctrl-C that lands
+where Python ignores exceptions (while DataLoader workers start) is remembered and raised at the next
+:func:`raise_if_interrupted`.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import warnings
+
+_pending = []  # signals that raised KeyboardInterrupt during this command
+
+
+class NeverFails:
+    """A console stream whose writes cannot fail: once its reader is gone, the rest goes to the null device."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="backslashreplace")
+
+    def write(self, text):
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # a closed pipe, a full disk, a closed file
+            with contextlib.suppress(AttributeError, ValueError, OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())  # so the exit's flush succeeds
+        return len(text)
+
+    def flush(self):
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def _interrupt(signum, frame):
+    _pending.append(signum)
+    raise KeyboardInterrupt
+
+
+def raise_if_interrupted():
+    """Raise the KeyboardInterrupt of a signal that came during this command, if something swallowed it."""
+    if _pending:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def console():
+    """Run a command with never-failing stdout and stderr, and SIGINT and SIGTERM as KeyboardInterrupt."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = NeverFails(sys.stdout), NeverFails(sys.stderr)
+    _pending.clear()
+    signals = (signal.SIGINT, signal.SIGTERM) if threading.current_thread() is threading.main_thread() else ()
+    before = {s: signal.signal(s, _interrupt) for s in signals}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        sys.stdout, sys.stderr = streams
+
+
+@contextlib.contextmanager
+def quiet():
+    """Hold back what loading a file prints besides our one line: Python warnings (torch, Pillow) and what
+    C libraries such as libtiff write to the stderr file descriptor."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+        except OSError:  # no stderr at all: nothing to hold back
+            saved = None
+        if saved is None:
+            yield
+            return
+        os.dup2(null, 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(null)
