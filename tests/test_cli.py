@@ -124,12 +124,12 @@ def test_ctrl_c_exits_130_in_one_line(capsys, monkeypatch):
 # --- doctor -------------------------------------------------------------------------------------
 
 def test_doctor_runs_the_diagnosis(capsys, monkeypatch):
-    monkeypatch.setattr(doctor, "run", lambda: print("diagnosis"))
-    assert run(capsys, "doctor") == (0, "diagnosis\n", "")
+    monkeypatch.setattr(doctor, "run", lambda lang: print("diagnosis in", lang))
+    assert run(capsys, "doctor") == (0, "diagnosis in en\n", "")
 
 
 def test_ctrl_c_in_the_doctor_says_interrupted_and_nothing_about_checkpoints(capsys, monkeypatch):
-    def interrupted():
+    def interrupted(lang):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(doctor, "run", interrupted)

@@ -3,13 +3,15 @@
 The nvidia-smi outputs below are canned (Windows and Linux layouts, new and old
 drivers); torch's build is mocked. Nothing here needs a GPU or the network.
 """
+import re
 import shlex
+import string
 import subprocess
 
 import pytest
 import torch
 
-from tudui.cli import doctor
+from tudui.cli import doctor, main
 from tudui.cli.doctor import NvidiaSmi, TorchBuild
 from tudui.timing import Timing
 
@@ -331,7 +333,7 @@ def test_run_on_a_build_without_kernels_skips_the_gpu_speed_test(monkeypatch, ca
     build = cuda_build((13, 0), ((6, 1),), CU130_ARCHS, kernel_error="cuda:0: CUDA error: no kernel image is available")
     monkeypatch.setattr(doctor, "torch_build", lambda: build)
     monkeypatch.setattr(doctor, "read_nvidia_smi", lambda: GTX_1060_580)
-    monkeypatch.setattr(doctor, "describe_devices", lambda: "cpu, cuda:0")
+    monkeypatch.setattr(doctor, "describe_devices", lambda lang="en": "cpu, cuda:0")
     monkeypatch.setattr(doctor, "best_accelerator", lambda: torch.device("cuda", 0))
     speeds = []
     monkeypatch.setattr(doctor, "training_speed", lambda device, steps: speeds.append(str(device)) or 1000.0)
@@ -504,7 +506,7 @@ def test_run_prints_one_screen_with_the_advice(monkeypatch, capsys):
 def test_run_shows_the_measured_speed_up(monkeypatch, capsys):
     monkeypatch.setattr(doctor, "torch_build", lambda: CU126_WORKING)
     monkeypatch.setattr(doctor, "read_nvidia_smi", lambda: WINDOWS)
-    monkeypatch.setattr(doctor, "describe_devices", lambda: "cpu, cuda:0")
+    monkeypatch.setattr(doctor, "describe_devices", lambda lang="en": "cpu, cuda:0")
     monkeypatch.setattr(doctor, "best_accelerator", lambda: torch.device("cuda", 0))
     monkeypatch.setattr(doctor, "training_speed", lambda device, steps: 20000.0 if str(device) == "cuda:0" else 1000.0)
     doctor.run()
@@ -515,3 +517,106 @@ def test_run_shows_the_measured_speed_up(monkeypatch, capsys):
 @pytest.mark.gpu
 def test_on_a_working_gpu_the_doctor_says_so():
     assert doctor.advise(doctor.torch_build(), doctor.read_nvidia_smi()).case == doctor.CASE_WORKS
+
+
+# --- in Chinese: the same advice, the same commands ----------------------------------------------------
+
+SMI_1050_566 = doctor.parse_nvidia_smi("NVIDIA GeForce GTX 1050 Ti, 566.36, 6.1\n", WINDOWS_566_HEADER)
+ADVICE_CASES = [  # (build, smi, system, machine, visible): every situation the tests above build
+    (CPU_ONLY_PYPI, WINDOWS, "Windows", "AMD64", None), (CPU_ONLY, LINUX, "Linux", "x86_64", None),
+    (CPU_ONLY, CUDA_12_4, "Windows", "AMD64", None), (CPU_ONLY, OLD, "Linux", "x86_64", None),
+    (CPU_ONLY, NvidiaSmi(("GeForce GTX 780",), "440.100", (10, 2)), "Linux", "x86_64", None),
+    (ROCM_IDLE, LINUX, "Linux", "x86_64", None), (CU130_IDLE, WINDOWS, "Windows", "AMD64", None),
+    (CU126_IDLE, WINDOWS, "Windows", "AMD64", None), (CU126_IDLE, LINUX, "Linux", "x86_64", ""),
+    (CU126_WORKING, WINDOWS, "Windows", "AMD64", None),
+    (TorchBuild("2.14.1", None, None, cuda_available=False, mps_available=True), None, "Darwin", "arm64", None),
+    (CPU_ONLY, None, "Windows", "AMD64", None), (CU130_IDLE, None, "Windows", "AMD64", None),
+    (CPU_ONLY_PYPI, None, "Darwin", "arm64", None),
+    (CPU_ONLY, GTX_1060_580, "Linux", "x86_64", None),
+    (cuda_build((13, 0), ((6, 1),), CU130_ARCHS), GTX_1060_580, "Linux", "x86_64", None),
+    (TorchBuild("2.14.1+cu130", (13, 0), None, False), SMI_1050_566, "Windows", "AMD64", None),
+    (CPU_ONLY_PYPI, MX150_470, "Windows", "AMD64", None), (CPU_ONLY_PYPI, RTX_5070_128, "Windows", "AMD64", None),
+    (cuda_build((12, 6), ((12, 0),), doctor.PRE_TURING), RTX_5070_128, "Windows", "AMD64", None),
+    (CPU_ONLY_PYPI, RTX_5070_580, "Linux", "x86_64", None), (CPU_ONLY_PYPI, RTX_3060_124, "Windows", "AMD64", None),
+    (cuda_build((13, 0), (), CU130_ARCHS, kernel_error="cuda:0: CUDA error: no kernel image is available"),
+     GTX_1060_580, "Linux", "x86_64", None),
+    (cuda_build((13, 0), ((8, 6),), CU130_ARCHS, kernel_error="cuda:0: CUDA error: unspecified launch failure"),
+     LINUX, "Linux", "x86_64", None),
+    (CPU_ONLY, doctor.SmiFailure(9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."),
+     "Linux", "x86_64", None),
+    (CPU_ONLY, doctor.SmiFailure(2, "Unable to determine the device handle for GPU0000:01:00.0: Unknown Error"),
+     "Linux", "x86_64", None),
+    (CPU_ONLY, doctor.SmiFailure(None, "did not answer within 10 s (the driver is not responding)"),
+     "Windows", "AMD64", None),
+]
+CHINESE = re.compile("[\u4e00-\u9fff]")
+
+
+def test_every_template_has_a_chinese_twin_with_the_same_fields():
+    fields = {lang: {key: sorted(f for _, f, _, _ in string.Formatter().parse(text) if f)
+                     for key, text in table.items()} for lang, table in doctor.TEXT.items()}
+    assert fields["zh"] == fields["en"]
+    assert [key for key, text in doctor.TEXT["zh"].items() if text == doctor.TEXT["en"][key]] == []  # none left out
+
+
+@pytest.mark.parametrize("build, smi, system, machine, visible", ADVICE_CASES)
+def test_chinese_advice_has_the_same_commands_and_is_chinese_around_them(build, smi, system, machine, visible):
+    en = doctor.advise(build, smi, system, machine, visible)
+    zh = doctor.advise(build, smi, system, machine, visible, lang="zh")
+    assert zh.case == en.case and len(zh.steps) == len(en.steps)
+    for english, chinese in zip(en.steps, zh.steps):  # a command stands where it stands in the English
+        assert (chinese if chinese.startswith("    ") else None) == (english if english.startswith("    ") else None)
+    for line in (zh.summary, *(s for s in zh.steps if not s.startswith("    "))):
+        assert CHINESE.search(line), line
+
+
+def windows_laptop(monkeypatch):
+    """The run of test_run_prints_one_screen_with_the_advice: a CPU-only torch on a laptop with an RTX 3060."""
+    monkeypatch.setattr(doctor, "torch_build", lambda: CPU_ONLY_PYPI)
+    monkeypatch.setattr(doctor, "best_accelerator", lambda: None)
+    monkeypatch.setattr(doctor.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(doctor.platform, "system", lambda: "Windows")
+    fake_nvidia_smi(monkeypatch, WINDOWS_566_QUERY, WINDOWS_566_HEADER)
+    monkeypatch.setattr(doctor, "training_speed", lambda device, steps: 1000.0)
+
+
+def assert_chinese_report(out):
+    lines = out.splitlines()
+    assert lines[0].startswith("torch 2.14.1：CPU 版；Python ") and lines[1].startswith("nvidia-smi：NVIDIA GeForce")
+    assert lines[2].startswith("torch 能用的设备：cpu（") and "训练速度（Tudui，批量大小 64）：cpu 每秒 1,000 张图片" in out
+    assert "    python -m pip install torch torchvision --index-url https://download.pytorch.org/whl/cu126" in lines
+    assert all(CHINESE.search(line) for line in lines if line and not line.startswith("    ")), out
+
+
+def test_run_in_chinese_prints_its_labels_in_chinese(monkeypatch, capsys):
+    windows_laptop(monkeypatch)
+    doctor.run(lang="zh")
+    assert_chinese_report(capsys.readouterr().out)
+
+
+def test_the_measured_speed_up_in_chinese(monkeypatch, capsys):
+    monkeypatch.setattr(doctor, "torch_build", lambda: CU126_WORKING)
+    monkeypatch.setattr(doctor, "read_nvidia_smi", lambda: WINDOWS)
+    monkeypatch.setattr(doctor, "describe_devices", lambda lang="en": "cpu、cuda:0")
+    monkeypatch.setattr(doctor, "best_accelerator", lambda: torch.device("cuda", 0))
+    monkeypatch.setattr(doctor, "training_speed", lambda device, steps: 20000.0 if str(device) == "cuda:0" else 1000.0)
+    doctor.run(lang="zh")
+    out = capsys.readouterr().out
+    assert "cuda:0 每秒 20,000 张图片：是 CPU 的 20.0 倍" in out and "核函数检查：每块显卡上都跑通了一次卷积" in out
+
+
+def test_python_m_tudui_doctor_lang_zh(monkeypatch, capsys):
+    windows_laptop(monkeypatch)
+    assert main(["doctor", "--lang", "zh"]) == 0
+    assert_chinese_report(capsys.readouterr().out)
+    assert main(["doctor"]) == 0 and capsys.readouterr().out.startswith("torch 2.14.1: CPU-only build")
+
+
+def test_a_bad_lang_is_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(doctor, "torch_build", lambda: pytest.fail("must not start the diagnosis"))
+    assert main(["doctor", "--lang", "fr"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "--lang" in err and "'fr'" in err and "zh" in err
+    for call in (lambda: doctor.run(lang="fr"), lambda: doctor.advise(CPU_ONLY, None, lang="zh-CN")):
+        with pytest.raises(ValueError, match=r"^lang must be one of \['en', 'zh'\] .*, not '(fr|zh-CN)'$"):
+            call()

@@ -374,6 +374,10 @@ def test_a_changed_code_token_fails_in_either_edition(editions):
     ('if ok:\n    !nvidia-smi\nelse:\n    print("none")', 'if ok:\n    !nvidia-smi\nelse:\n    print("没有")'),
     ('tudui.show_recorded("01-x", "k",\n                    "the GPU line.")',
      'tudui.show_recorded("01-x", "k",\n                    "GPU 的那一行。", lang="zh")'),
+    ('doctor.run(steps=STEPS)', 'doctor.run(steps=STEPS, lang="zh")'),
+    ('advice = doctor.advise(build, smi, "Windows")', 'advice = doctor.advise(build, smi, "Windows", lang="zh")'),
+    ('run([sys.executable, "-m", "tudui", "doctor"], text=True)',
+     'run([sys.executable, "-m", "tudui", "doctor", "--lang", "zh"], text=True)'),
 ])
 def test_comments_and_printed_text_may_differ(english, chinese):
     assert same_code(english, chinese) is None
@@ -392,6 +396,11 @@ def test_comments_and_printed_text_may_differ(english, chinese):
     ('tudui.show_recorded("01-x", "k", "the GPU line.")',              # the recording's key
      'tudui.show_recorded("01-x", "键", "GPU 的那一行。", lang="zh")'),
     ("!nvidia-smi", "!nvidia-smi -L"),                                 # a shell command
+    ("doctor.run(steps=STEPS)", "doctor.run(steps=STEPS)"),            # the doctor in English
+    ('run(["python", "-m", "tudui", "doctor"])', 'run(["python", "-m", "tudui", "doctor"])'),
+    ('run(["python", "-m", "tudui", "doctor"])', 'run(["python", "-m", "tudui", "doctor", "--lang", "en"])'),
+    ('run(["tudui", "train"])', 'run(["tudui", "train", "--lang", "zh"])'),  # only the doctor has --lang
+    ('subprocess.run(["ls"])', 'subprocess.run(["ls"], lang="zh")'),  # a run that is not the doctor's
 ])
 def test_anything_else_in_a_code_cell_may_not(english, chinese):
     assert same_code(english, chinese) is not None

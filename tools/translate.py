@@ -28,7 +28,9 @@ from recordings import source_sha  # noqa: E402
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 LANG = 'lang="zh"'
-LANG_CALLS = ("show_recorded",)  # calls that print for the learner: the Chinese edition passes them LANG
+# calls that print for the learner: the Chinese edition passes them LANG
+LANG_CALLS = ("show_recorded", "doctor.run", "doctor.advise", "doctor.describe_build", "doctor.describe_smi")
+CLI_LANG = ', "--lang", "zh"'  # and the doctor's command line, [..., "tudui", "doctor"], gets its --lang
 # calls whose string arguments are printed text: {name: (first positional argument printed, keywords printed)}
 MESSAGE_CALLS = {"print": (0, ()), "show_recorded": (2, ("on_gpu",))}
 FSTRING_START = getattr(tokenize, "FSTRING_START", None)  # Python 3.12+ splits f-strings into tokens
@@ -145,15 +147,25 @@ def split_code(source: str):
     return code, texts
 
 
+def doctor_command(tokens, i) -> bool:
+    """Whether token i is the "doctor" of a command line ``[..., "tudui", "doctor"]`` without its "--lang"."""
+    words = [t.string.strip("'\"") if t.type == tokenize.STRING else t.string for t in tokens[i - 2:i + 3]]
+    return i >= 2 and tokens[i].type == tokenize.STRING and words[:3] == ["tudui", ",", "doctor"] \
+        and words[3:] != [",", "--lang"]
+
+
 def with_lang(source: str) -> str:
-    """The English code as the Chinese edition has it: LANG passed to each call in LANG_CALLS."""
+    """The English code as the Chinese edition has it: LANG passed to each call in LANG_CALLS, CLI_LANG
+    added to the doctor's command line."""
     try:
         tokens = python_tokens(source)
     except (tokenize.TokenError, SyntaxError):
         return source
     inserts, frames = [], []  # frames: [a call in LANG_CALLS, has a lang= already] of each open bracket
     for i, tok in enumerate(tokens):
-        if tok.type == tokenize.OP and tok.string in "([{":
+        if doctor_command(tokens, i):
+            inserts.append((tok.end, CLI_LANG))
+        elif tok.type == tokenize.OP and tok.string in "([{":
             name = call_name(tokens[:i]) if tok.string == "(" else ""
             frames.append([any(name == c or name.endswith("." + c) for c in LANG_CALLS), False])
         elif tok.type == tokenize.NAME and tok.string == "lang" and frames and tokens[i + 1].string == "=":

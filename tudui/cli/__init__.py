@@ -49,7 +49,8 @@ def build_parser():
     p = Parser(prog="python -m tudui", description="Train the course's Tudui CIFAR-10 network on any device.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
-    sub.add_parser("doctor", help="report devices and measure training speed on each")
+    d = sub.add_parser("doctor", help="report devices and measure training speed on each")
+    d.add_argument("--lang", choices=("en", "zh"), default="en", help="the language it prints in (default: en)")
 
     t = sub.add_parser("train", help="train Tudui, saving a checkpoint each epoch")
     t.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, mps, xpu (default: auto)")
@@ -78,7 +79,7 @@ def build_parser():
 
 def diagnose(args):
     from . import doctor as diagnosis
-    diagnosis.run()
+    diagnosis.run(lang=args.lang)
 
 
 def _one_line(exc, limit=300) -> str:

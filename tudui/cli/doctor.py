@@ -26,7 +26,6 @@ WHEELS = "https://download.pytorch.org/whl/"
 # (-f https://mirrors.aliyun.com/pytorch-wheels/cuXYZ/ with -i https://pypi.tuna.tsinghua.edu.cn/simple) are the other.
 MIRROR = "https://mirror.nju.edu.cn/pytorch/whl/"
 DRIVER_PAGE = "https://www.nvidia.com/Download/index.aspx"
-GPU_SECTION = "README.md, 'Getting a GPU build of torch'"
 CHECK = ("python -c \"import torch; print(torch.cuda.is_available(), torch.version.cuda, "
          "torch.ones(1, device='cuda') + 1)\"")  # the last part runs a real kernel
 UNINSTALL = "python -m pip uninstall -y torch torchvision"
@@ -97,6 +96,134 @@ CASE_GPU_NOT_USABLE = "gpu-not-usable"
 CASE_SMI_FAILED = "nvidia-smi-failed"
 CASE_NO_NVIDIA = "no-nvidia-gpu"
 
+TEXT = {  # everything the doctor says, in the notebook's language; commands, URLs and versions stay as they are
+    "en": {
+        "more": " and {more:,} more", "comma": ", ", "gpu": "GPU", "cap": "{gpu} (compute capability {cap})",
+        "cuda_build": "CUDA {cuda} build", "cpu_build": "CPU-only build", "rocm_build": "ROCm {hip} build (AMD GPUs)",
+        "mirror": "  or, faster in mainland China, the same wheels from the NJU mirror:",
+        "why_legacy": "torch 2.7.1's CUDA {cuda} build (the last torch with CUDA 11 builds; Python 3.9-3.13)",
+        "why_plain": "the CUDA {cuda} build of torch",
+        "why_runs": "the CUDA {cuda} build of torch, which this driver (CUDA {driver}) runs",
+        "why_minor": "the CUDA {cuda} build of torch (a CUDA {driver} driver runs any {major}.x build)",
+        "install": "Install {why}.",
+        "best_driver": "Best: update the NVIDIA driver ({page}), restart, run this doctor again. Or:",
+        "only_build": "Only this build has kernels for this GPU; torch 2.15 is planned without it (as of 2026-12).",
+        "remove_first": "Remove the current torch first (pip keeps an installed torch), then install, then check:",
+        "anaconda": "Anaconda: the same commands, in the activated environment. More in README.md, "
+                    "'Getting a GPU build of torch'.",
+        "update_driver": "Update the NVIDIA driver ({page}), restart, and run this doctor again.",
+        "keep_driver": "Or keep the driver and install the CUDA {cuda} build instead:",
+        "branch_580": "A driver of branch 580 or newer runs the CUDA {cuda} build, which has kernels for this GPU: "
+                      "the doctor then gives its commands.",
+        "too_old_gpu": "If NVIDIA offers no newer driver for this GPU, it is too old for current PyTorch builds: "
+                       "train on the CPU (quick mode) or on a free cloud GPU (notebook 05).",
+        "cpu_is_fine": "The CPU is fine for every lesson: they run in quick mode (a few thousand images).",
+        "free_gpu": "For full-size training, Colab, Kaggle or ModelScope lend you a free GPU (notebook 05).",
+        "old_macos": "This Mac's GPU (device 'mps') needs macOS 14 (Sonoma) or newer: update macOS to train on it.",
+        "maybe_driver": "If this machine does have an NVIDIA GPU, install its driver (nvidia-smi comes with it):",
+        "made_cpu": "CPU-only", "made_rocm": "built for AMD GPUs (ROCm {hip})",
+        "cuda_unknown": "CUDA version unknown",
+        "driver_too_old": "This torch is {made}, and driver {driver} ({cuda}) is too old for every torch build with "
+                          "kernels for the {gpu}.",
+        "windows_pip": "(On Windows a plain `pip install torch` installs this CPU-only build.)",
+        "not_cuda": "This machine has an {gpu}, but this torch is {made}.",
+        "no_kernels": "This torch (CUDA {cuda} build) has no kernels for the {gpu}: it cannot run on it.",
+        "too_new": "This torch is a CUDA {cuda} build, newer than driver {driver} supports (CUDA {driver_cuda}): "
+                   "torch cannot use the GPU.",
+        "not_usable": "torch has CUDA and the driver is new enough, but the {gpu} is not usable.",
+        "hidden": "CUDA_VISIBLE_DEVICES={visible} hides every GPU: unset it.",
+        "read_error": "Read torch's own error message (restart the machine first if the driver was just updated):",
+        "not_loaded": "the NVIDIA driver is not loaded", "failed": "failed",
+        "exited": "exited with code {code} ({why})", "smi_error": "{message}",
+        "smi_failed": "nvidia-smi {what}: torch cannot use the GPU.",
+        "restart": "Restart the computer. If nvidia-smi still fails, reinstall the NVIDIA driver:",
+        "secure_boot": "(Linux: a kernel update or Secure Boot can stop the driver loading; reinstall it.)",
+        "it_said": "It said: {message}",
+        "works": "{kind} works: a convolution ran on the GPU, and torch trains on it.", "rocm": "ROCm (AMD GPU)",
+        "nothing_gpu": "Nothing to do: the lessons pick the GPU themselves (tudui.pick_device(), --device auto).",
+        "mps_works": "The Apple GPU (MPS) works: torch trains on it as device 'mps'.",
+        "nothing_mps": "Nothing to do: the lessons pick it themselves (tudui.pick_device(), --device auto).",
+        "no_nvidia": "No NVIDIA GPU found (no nvidia-smi), and torch sees no other GPU.",
+        "smi_missing": "not found (no NVIDIA driver on the PATH)", "smi_failure": "failed ({why})",
+        "exit_code": "exit code {code}: {message}", "supports": "supports CUDA up to {cuda}",
+        "cuda_not_shown": "CUDA version not shown",
+        "no_caps": " (this nvidia-smi does not report compute capabilities)",
+        "smi": "{gpus}; driver {driver}, {cuda}{caps}",
+        "threads": "cpu ({n} threads)",
+        "report_torch": "torch {version}: {build}; Python {python} on {system} {machine}",
+        "report_smi": "nvidia-smi: {smi}", "report_devices": "devices torch can use: {devices}",
+        "report_kernels": "kernel check: {result}", "kernels_failed": "failed: {error}",
+        "kernels_ran": "a convolution ran on every GPU",
+        "speed_cpu": "training speed (Tudui, batch 64): cpu {speed:,.0f} images/s",
+        "speed_gpu": "  {device} {speed:,.0f} images/s: {ratio:.1f}x the CPU",
+    },
+    "zh": {
+        "more": "，另外还有 {more:,} 个", "comma": "、", "gpu": "显卡", "cap": "{gpu}（计算能力 {cap}）",
+        "cuda_build": "CUDA {cuda} 版", "cpu_build": "CPU 版", "rocm_build": "ROCm {hip} 版（AMD 显卡）",
+        "mirror": "  或者从南京大学的镜像下载同样的 wheel 安装包（在中国大陆更快）：",
+        "why_legacy": "torch 2.7.1 的 CUDA {cuda} 版（最后一个有 CUDA 11 版的 torch；支持 Python 3.9-3.13）",
+        "why_plain": "CUDA {cuda} 版的 torch",
+        "why_runs": "CUDA {cuda} 版的 torch，这个驱动（CUDA {driver}）能运行它",
+        "why_minor": "CUDA {cuda} 版的 torch（CUDA {driver} 的驱动能运行任何 {major}.x 版）",
+        "install": "安装 {why}。",
+        "best_driver": "最好是更新 NVIDIA 驱动（{page}），重启电脑，再运行一次 doctor。也可以：",
+        "only_build": "只有这个版本带有这块显卡的核函数；按计划，torch 2.15 不再提供这个版本（截至 2026-12）。",
+        "remove_first": "先卸载现在的 torch（pip 不会替换已经装好的 torch），再安装，然后检查：",
+        "anaconda": "用 Anaconda 的话：在激活的环境里运行同样的命令。详见 README.zh.md 的“安装 GPU 版的 torch”一节。",
+        "update_driver": "更新 NVIDIA 驱动（{page}），重启电脑，再运行一次 doctor。",
+        "keep_driver": "或者不换驱动，改装 CUDA {cuda} 版的 torch：",
+        "branch_580": "580 或更新分支的驱动能运行 CUDA {cuda} 版，它带有这块显卡的核函数：更新驱动后，doctor "
+                      "会给出安装命令。",
+        "too_old_gpu": "如果 NVIDIA 不再为这块显卡提供更新的驱动，它对现在的 PyTorch 来说就太旧了：在 CPU 上训练"
+                       "（快速模式），或者用免费的云端显卡（第 05 课）。",
+        "cpu_is_fine": "每一课都可以用 CPU 学：它们在快速模式下运行（只用几千张图片）。",
+        "free_gpu": "想用完整的数据集训练，Colab、Kaggle 和魔搭（ModelScope）都免费提供显卡（第 05 课）。",
+        "old_macos": "这台 Mac 的 GPU（设备 'mps'）需要 macOS 14（Sonoma）或更新的版本：更新 macOS 之后就能用它训练。",
+        "maybe_driver": "如果这台电脑确实有 NVIDIA 显卡，请安装它的驱动（nvidia-smi 随驱动一起安装）：",
+        "made_cpu": "CPU 版", "made_rocm": "AMD 显卡用的 ROCm {hip} 版",
+        "cuda_unknown": "CUDA 版本未知",
+        "driver_too_old": "这个 torch 是 {made}，而驱动 {driver}（{cuda}）太旧：显卡是 {gpu}，带有它的核函数的 "
+                          "torch 版本，这个驱动一个都运行不了。",
+        "windows_pip": "（在 Windows 上，直接 `pip install torch` 装的就是这种 CPU 版。）",
+        "not_cuda": "这台电脑有 {gpu}，但这个 torch 是 {made}。",
+        "no_kernels": "{gpu}：这个 torch（CUDA {cuda} 版）没有它的核函数，在它上面运行不了。",
+        "too_new": "这个 torch 是 CUDA {cuda} 版，比驱动 {driver} 支持的版本（CUDA {driver_cuda}）新：torch "
+                   "用不了显卡。",
+        "not_usable": "torch 是 CUDA 版，驱动也够新，可是 {gpu} 用不了。",
+        "hidden": "CUDA_VISIBLE_DEVICES={visible} 把所有显卡都隐藏了：删掉这个环境变量。",
+        "read_error": "看看 torch 自己的报错信息（如果刚更新过驱动，先重启电脑）：",
+        "not_loaded": "NVIDIA 驱动没有加载", "failed": "运行失败",
+        "exited": "返回了退出码 {code}（{why}）", "smi_error": "出错了（{message}）",
+        "smi_failed": "nvidia-smi {what}：torch 用不了显卡。",
+        "restart": "重启电脑。如果 nvidia-smi 还是失败，就重新安装 NVIDIA 驱动：",
+        "secure_boot": "（在 Linux 上，系统内核更新或者 Secure Boot 都可能让驱动加载不了：重新安装驱动。）",
+        "it_said": "它的输出：{message}",
+        "works": "{kind} 能用：一次卷积在显卡上跑通了，torch 可以在显卡上训练。", "rocm": "ROCm（AMD 显卡）",
+        "nothing_gpu": "什么都不用做：每一课都会自己选用显卡（tudui.pick_device()、--device auto）。",
+        "mps_works": "Apple 的 GPU（MPS）能用：torch 可以在设备 'mps' 上训练。",
+        "nothing_mps": "什么都不用做：每一课都会自己选用它（tudui.pick_device()、--device auto）。",
+        "no_nvidia": "没有找到 NVIDIA 显卡（没有 nvidia-smi），torch 也看不到别的显卡。",
+        "smi_missing": "没有找到（PATH 里没有 NVIDIA 驱动）", "smi_failure": "运行失败（{why}）",
+        "exit_code": "退出码 {code}：{message}", "supports": "最高支持 CUDA {cuda}",
+        "cuda_not_shown": "没有显示 CUDA 版本",
+        "no_caps": "（这个版本的 nvidia-smi 不报告计算能力）", "smi": "{gpus}；驱动 {driver}，{cuda}{caps}",
+        "threads": "cpu（{n} 个线程）",
+        "report_torch": "torch {version}：{build}；Python {python}，系统 {system} {machine}",
+        "report_smi": "nvidia-smi：{smi}", "report_devices": "torch 能用的设备：{devices}",
+        "report_kernels": "核函数检查：{result}", "kernels_failed": "失败：{error}",
+        "kernels_ran": "每块显卡上都跑通了一次卷积",
+        "speed_cpu": "训练速度（Tudui，批量大小 64）：cpu 每秒 {speed:,.0f} 张图片",
+        "speed_gpu": "  {device} 每秒 {speed:,.0f} 张图片：是 CPU 的 {ratio:.1f} 倍",
+    },
+}
+
+
+def texts(lang: str) -> dict:
+    """The doctor's templates in ``lang`` ("en" or "zh": the language of the notebook or terminal it prints to)."""
+    if lang not in TEXT:
+        raise ValueError(f"lang must be one of {sorted(TEXT)} (the notebook's language), not {lang!r}")
+    return TEXT[lang]
+
 
 def version_tuple(text) -> tuple | None:
     """``"12.7"`` -> ``(12, 7)``; None for None or text without a version."""
@@ -114,10 +241,10 @@ def printable(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def summarise(items, shown: int = 3) -> str:
+def summarise(items, shown: int = 3, lang: str = "en") -> str:
     """``a, b, c and 5 more``: a list that stays on one line however long it is."""
-    more = len(items) - shown
-    return ", ".join(items[:shown]) + (f" and {more:,} more" if more > 0 else "")
+    t, more = texts(lang), len(items) - shown
+    return t["comma"].join(items[:shown]) + (t["more"].format(more=more) if more > 0 else "")
 
 
 GPU_ROW = re.compile(r"(?P<name>.+?),\s*(?P<driver>\d+(?:\.\d+)+)\s*(?:,\s*(?P<cap>[^,]*))?")
@@ -189,140 +316,136 @@ def install_command(build: tuple, index: str = WHEELS) -> str:
     return f"python -m pip install {pins} --index-url {index}cu{build[0]}{build[1]}"
 
 
-def install_lines(build: tuple) -> list:
+def install_lines(build: tuple, lang: str = "en") -> list:
     """The install command, and the same through the mirror."""
-    return [f"    {install_command(build)}", "  or, faster in mainland China, the same wheels from the NJU mirror:",
-            f"    {install_command(build, MIRROR)}"]
+    return [f"    {install_command(build)}", texts(lang)["mirror"], f"    {install_command(build, MIRROR)}"]
 
 
-def why_this_build(build: tuple, driver_cuda: tuple | None) -> str:
+def why_this_build(build: tuple, driver_cuda: tuple | None, lang: str = "en") -> str:
+    t, cuda = texts(lang), dotted(build)
     if build == LEGACY_BUILD:
-        return f"torch 2.7.1's CUDA {dotted(build)} build (the last torch with CUDA 11 builds; Python 3.9-3.13)"
+        return t["why_legacy"].format(cuda=cuda)
     if driver_cuda is None:
-        return f"the CUDA {dotted(build)} build of torch"
-    if build <= driver_cuda:
-        return f"the CUDA {dotted(build)} build of torch, which this driver (CUDA {dotted(driver_cuda)}) runs"
-    return f"the CUDA {dotted(build)} build of torch (a CUDA {dotted(driver_cuda)} driver runs any {build[0]}.x build)"
+        return t["why_plain"].format(cuda=cuda)
+    why = "why_runs" if build <= driver_cuda else "why_minor"
+    return t[why].format(cuda=cuda, driver=dotted(driver_cuda), major=build[0])
 
 
-def install_steps(build: tuple, driver_cuda: tuple | None, caps: tuple = ()) -> tuple:
+def install_steps(build: tuple, driver_cuda: tuple | None, caps: tuple = (), lang: str = "en") -> tuple:
     """Uninstall, install the CUDA build (official index, then its mirror), check."""
-    lines = [f"Install {why_this_build(build, driver_cuda)}."]
+    t = texts(lang)
+    lines = [t["install"].format(why=why_this_build(build, driver_cuda, lang))]
     if driver_cuda and build > driver_cuda:
-        lines.insert(0, f"Best: update the NVIDIA driver ({DRIVER_PAGE}), restart, run this doctor again. Or:")
+        lines.insert(0, t["best_driver"].format(page=DRIVER_PAGE))
     if build == CURRENT_BUILDS[0] and caps and not all(has_kernels(BUILD_ARCHS[CURRENT_BUILDS[1]], c) for c in caps):
-        lines.append("Only this build has kernels for this GPU; torch 2.15 is planned without it (as of 2026-12).")
-    return (*lines, "Remove the current torch first (pip keeps an installed torch), then install, then check:",
-            f"    {UNINSTALL}", *install_lines(build), f"    {CHECK}",
-            f"Anaconda: the same commands, in the activated environment. More in {GPU_SECTION}.")
+        lines.append(t["only_build"])
+    return (*lines, t["remove_first"], f"    {UNINSTALL}", *install_lines(build, lang), f"    {CHECK}", t["anaconda"])
 
 
-def driver_steps(driver_cuda: tuple | None, caps: tuple = ()) -> tuple:
-    lines = [f"Update the NVIDIA driver ({DRIVER_PAGE}), restart, and run this doctor again."]
+def driver_steps(driver_cuda: tuple | None, caps: tuple = (), lang: str = "en") -> tuple:
+    t = texts(lang)
+    lines = [t["update_driver"].format(page=DRIVER_PAGE)]
     build, after = choose_build(driver_cuda, caps), caps and choose_build(R580_CUDA, caps)
     if build:
-        lines += [f"Or keep the driver and install the CUDA {dotted(build)} build instead:",
-                  f"    {UNINSTALL}", *install_lines(build)]
+        lines += [t["keep_driver"].format(cuda=dotted(build)), f"    {UNINSTALL}", *install_lines(build, lang)]
     elif after:
-        lines.append(f"A driver of branch 580 or newer runs the CUDA {dotted(after)} build, which has kernels "
-                     "for this GPU: the doctor then gives its commands.")
+        lines.append(t["branch_580"].format(cuda=dotted(after)))
     else:
-        lines.append("If NVIDIA offers no newer driver for this GPU, it is too old for current PyTorch "
-                     "builds: train on the CPU (quick mode) or on a free cloud GPU (notebook 05).")
+        lines.append(t["too_old_gpu"])
     return tuple(lines)
 
 
-def no_gpu_steps(build: TorchBuild, system: str, machine: str) -> tuple:
-    lines = ["The CPU is fine for every lesson: they run in quick mode (a few thousand images).",
-             "For full-size training, Colab, Kaggle or ModelScope lend you a free GPU (notebook 05)."]
+def no_gpu_steps(build: TorchBuild, system: str, machine: str, lang: str = "en") -> tuple:
+    t = texts(lang)
+    lines = [t["cpu_is_fine"], t["free_gpu"]]
     if system == "Darwin" and machine == "arm64":  # MPS needs macOS 14 since torch 2.9 (pytorch/pytorch#162921)
-        lines.append("This Mac's GPU (device 'mps') needs macOS 14 (Sonoma) or newer: update macOS to train on it.")
+        lines.append(t["old_macos"])
     if build.cuda:
-        lines += ["If this machine does have an NVIDIA GPU, install its driver (nvidia-smi comes with it):",
-                  f"    {DRIVER_PAGE}"]
+        lines += [t["maybe_driver"], f"    {DRIVER_PAGE}"]
     return tuple(lines)
 
 
-def gpu_label(smi: NvidiaSmi, caps: tuple) -> str:
-    return f"{smi.gpus[0]} (compute capability {dotted(caps[0])})" if caps else smi.gpus[0]
+def gpu_label(smi: NvidiaSmi, caps: tuple, lang: str = "en") -> str:
+    return texts(lang)["cap"].format(gpu=smi.gpus[0], cap=dotted(caps[0])) if caps else smi.gpus[0]
 
 
-def not_a_cuda_build(build: TorchBuild, smi: NvidiaSmi, system: str, caps: tuple) -> Advice:
+def not_a_cuda_build(build: TorchBuild, smi: NvidiaSmi, system: str, caps: tuple, lang: str = "en") -> Advice:
     """An NVIDIA GPU, and a torch built for the CPU only (or for AMD GPUs)."""
-    made = f"built for AMD GPUs (ROCm {build.hip})" if build.hip else "CPU-only"
+    t, gpu = texts(lang), gpu_label(smi, caps, lang)
+    made = t["made_rocm"].format(hip=build.hip) if build.hip else t["made_cpu"]
     chosen = choose_build(smi.cuda, caps)
     if chosen is None:
-        cuda = f"CUDA {dotted(smi.cuda)}" if smi.cuda else "CUDA version unknown"
-        return Advice(CASE_DRIVER_TOO_OLD, f"This torch is {made}, and driver {smi.driver} ({cuda}) is too old for "
-                      f"every torch build with kernels for the {gpu_label(smi, caps)}.",
-                      driver_steps(smi.cuda, caps))
-    steps = install_steps(chosen, smi.cuda, caps)
+        cuda = f"CUDA {dotted(smi.cuda)}" if smi.cuda else t["cuda_unknown"]
+        return Advice(CASE_DRIVER_TOO_OLD, t["driver_too_old"].format(made=made, driver=smi.driver, cuda=cuda, gpu=gpu),
+                      driver_steps(smi.cuda, caps, lang))
+    steps = install_steps(chosen, smi.cuda, caps, lang)
     if system == "Windows" and not build.hip:
-        steps = ("(On Windows a plain `pip install torch` installs this CPU-only build.)",) + steps
-    return Advice(CASE_CPU_BUILD, f"This machine has an {gpu_label(smi, caps)}, but this torch is {made}.", steps)
+        steps = (t["windows_pip"],) + steps
+    return Advice(CASE_CPU_BUILD, t["not_cuda"].format(gpu=gpu, made=made), steps)
 
 
-def no_kernels(build: TorchBuild, smi, caps: tuple) -> Advice:
+def no_kernels(build: TorchBuild, smi, caps: tuple, lang: str = "en") -> Advice:
     """A CUDA build without kernels for this GPU: CUDA looks available, the first real operation fails."""
+    t = texts(lang)
     driver_cuda = smi.cuda if isinstance(smi, NvidiaSmi) else None
-    gpu = gpu_label(smi, caps) if isinstance(smi, NvidiaSmi) else "GPU"
-    summary = f"This torch (CUDA {dotted(build.cuda)} build) has no kernels for the {gpu}: it cannot run on it."
+    gpu = gpu_label(smi, caps, lang) if isinstance(smi, NvidiaSmi) else t["gpu"]
     chosen = choose_build(driver_cuda, caps)
-    steps = install_steps(chosen, driver_cuda, caps) if chosen else driver_steps(driver_cuda, caps)
-    return Advice(CASE_NO_KERNELS, summary, steps)
+    steps = install_steps(chosen, driver_cuda, caps, lang) if chosen else driver_steps(driver_cuda, caps, lang)
+    return Advice(CASE_NO_KERNELS, t["no_kernels"].format(cuda=dotted(build.cuda), gpu=gpu), steps)
 
 
-def cuda_build_not_working(build: TorchBuild, smi: NvidiaSmi, visible: str | None, caps: tuple) -> Advice:
+def cuda_build_not_working(build: TorchBuild, smi: NvidiaSmi, visible: str | None, caps: tuple,
+                           lang: str = "en") -> Advice:
     """A CUDA build of torch and an NVIDIA driver, yet no GPU is usable."""
+    t = texts(lang)
     if smi.cuda and build.cuda > smi.cuda:
-        return Advice(CASE_BUILD_TOO_NEW, f"This torch is a CUDA {dotted(build.cuda)} build, newer than driver "
-                      f"{smi.driver} supports (CUDA {dotted(smi.cuda)}): torch cannot use the GPU.",
-                      driver_steps(smi.cuda, caps))
-    summary = f"torch has CUDA and the driver is new enough, but the {smi.gpus[0]} is not usable."
+        summary = t["too_new"].format(cuda=dotted(build.cuda), driver=smi.driver, driver_cuda=dotted(smi.cuda))
+        return Advice(CASE_BUILD_TOO_NEW, summary, driver_steps(smi.cuda, caps, lang))
+    summary = t["not_usable"].format(gpu=smi.gpus[0])
     if visible is not None and visible.strip() in ("", "-1"):
-        return Advice(CASE_GPU_NOT_USABLE, summary, (f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU: unset it.",))
+        return Advice(CASE_GPU_NOT_USABLE, summary, (t["hidden"].format(visible=repr(visible)),))
     return Advice(CASE_GPU_NOT_USABLE, summary,
-                  ("Read torch's own error message (restart the machine first if the driver was just updated):",
-                   '    python -c "import torch; torch.zeros(1).cuda()"'))
+                  (t["read_error"], '    python -c "import torch; torch.zeros(1).cuda()"'))
 
 
-def smi_failed(failure: SmiFailure) -> Advice:
+def smi_failed(failure: SmiFailure, lang: str = "en") -> Advice:
     """nvidia-smi exists but failed: the driver is installed, and not working."""
-    what = "the NVIDIA driver is not loaded" if failure.code == 9 else "failed"
-    what = f"exited with code {failure.code} ({what})"
-    summary = f"nvidia-smi {failure.message if failure.code is None else what}: torch cannot use the GPU."
-    steps = ["Restart the computer. If nvidia-smi still fails, reinstall the NVIDIA driver:", f"    {DRIVER_PAGE}"]
+    t = texts(lang)
+    if failure.code is None:
+        what = t["smi_error"].format(message=failure.message)
+    else:
+        what = t["exited"].format(code=failure.code, why=t["not_loaded"] if failure.code == 9 else t["failed"])
+    steps = [t["restart"], f"    {DRIVER_PAGE}"]
     if failure.code == 9:
-        steps.append("(Linux: a kernel update or Secure Boot can stop the driver loading; reinstall it.)")
+        steps.append(t["secure_boot"])
     elif failure.message and failure.code is not None:
-        steps.insert(0, f"It said: {failure.message}")
-    return Advice(CASE_SMI_FAILED, summary, tuple(steps))
+        steps.insert(0, t["it_said"].format(message=failure.message))
+    return Advice(CASE_SMI_FAILED, t["smi_failed"].format(what=what), tuple(steps))
 
 
-def advise(build: TorchBuild, smi, system: str = "", machine: str = "", visible: str | None = None) -> Advice:
+def advise(build: TorchBuild, smi, system: str = "", machine: str = "", visible: str | None = None,
+           lang: str = "en") -> Advice:
     """Which situation holds, and the one thing to do.
 
     smi: an NvidiaSmi, an SmiFailure, or None (no nvidia-smi); system, machine: ``platform.system()`` and
-    ``platform.machine()``; visible: $CUDA_VISIBLE_DEVICES.
+    ``platform.machine()``; visible: $CUDA_VISIBLE_DEVICES; lang: the language of the advice, "en" or "zh".
     """
+    t = texts(lang)
     caps = build.caps or (smi.caps if isinstance(smi, NvidiaSmi) else ())
     if build.cuda and (missing_kernels(build, caps) or any(p in (build.kernel_error or "") for p in NO_KERNEL)):
-        return no_kernels(build, smi, caps)
+        return no_kernels(build, smi, caps, lang)
     if build.cuda_available and not build.kernel_error:
-        kind = "ROCm (AMD GPU)" if build.hip else "CUDA"
-        return Advice(CASE_WORKS, f"{kind} works: a convolution ran on the GPU, and torch trains on it.",
-                      ("Nothing to do: the lessons pick the GPU themselves (tudui.pick_device(), --device auto).",))
+        kind = t["rocm"] if build.hip else "CUDA"
+        return Advice(CASE_WORKS, t["works"].format(kind=kind), (t["nothing_gpu"],))
     if build.mps_available:
-        return Advice(CASE_WORKS, "The Apple GPU (MPS) works: torch trains on it as device 'mps'.",
-                      ("Nothing to do: the lessons pick it themselves (tudui.pick_device(), --device auto).",))
+        return Advice(CASE_WORKS, t["mps_works"], (t["nothing_mps"],))
     if isinstance(smi, SmiFailure):
-        return smi_failed(smi)
+        return smi_failed(smi, lang)
     if smi is None:
-        return Advice(CASE_NO_NVIDIA, "No NVIDIA GPU found (no nvidia-smi), and torch sees no other GPU.",
-                      no_gpu_steps(build, system, machine))
+        return Advice(CASE_NO_NVIDIA, t["no_nvidia"], no_gpu_steps(build, system, machine, lang))
     if build.cuda is None:
-        return not_a_cuda_build(build, smi, system, caps)
-    return cuda_build_not_working(build, smi, visible, caps)
+        return not_a_cuda_build(build, smi, system, caps, lang)
+    return cuda_build_not_working(build, smi, visible, caps, lang)
 
 
 # ---------------------------------------------------------------------------
@@ -386,33 +509,36 @@ def torch_build() -> TorchBuild:
                       available, bool(mps and mps.is_available()), archs, caps, error)
 
 
-def describe_build(build: TorchBuild) -> str:
+def describe_build(build: TorchBuild, lang: str = "en") -> str:
+    t = texts(lang)
     if build.hip:
-        return f"ROCm {build.hip} build (AMD GPUs)"
-    return f"CUDA {dotted(build.cuda)} build" if build.cuda else "CPU-only build"
+        return t["rocm_build"].format(hip=build.hip)
+    return t["cuda_build"].format(cuda=dotted(build.cuda)) if build.cuda else t["cpu_build"]
 
 
-def describe_smi(smi) -> str:
+def describe_smi(smi, lang: str = "en") -> str:
+    t = texts(lang)
     if smi is None:
-        return "not found (no NVIDIA driver on the PATH)"
+        return t["smi_missing"]
     if isinstance(smi, SmiFailure):
-        return f"failed ({smi.message if smi.code is None else f'exit code {smi.code}: {smi.message}'})"
-    gpus = [f"{g} (compute capability {dotted(c)})" for g, c in zip(smi.gpus, smi.caps)] or list(smi.gpus)
-    cuda = f"supports CUDA up to {dotted(smi.cuda)}" if smi.cuda else "CUDA version not shown"
-    caps = "" if smi.caps else " (this nvidia-smi does not report compute capabilities)"
-    return f"{summarise(gpus)}; driver {smi.driver}, {cuda}{caps}"
+        why = smi.message if smi.code is None else t["exit_code"].format(code=smi.code, message=smi.message)
+        return t["smi_failure"].format(why=why)
+    gpus = [t["cap"].format(gpu=g, cap=dotted(c)) for g, c in zip(smi.gpus, smi.caps)] or list(smi.gpus)
+    cuda = t["supports"].format(cuda=dotted(smi.cuda)) if smi.cuda else t["cuda_not_shown"]
+    caps = "" if smi.caps else t["no_caps"]
+    return t["smi"].format(gpus=summarise(gpus, lang=lang), driver=smi.driver, cuda=cuda, caps=caps)
 
 
-def describe_devices() -> str:
+def describe_devices(lang: str = "en") -> str:
     """The devices torch can use now, e.g. ``cpu (8 threads), cuda:0 (NVIDIA GeForce RTX 3060, 6.0 GiB)``."""
-    names = [f"cpu ({torch.get_num_threads()} threads)"]
+    names = [texts(lang)["threads"].format(n=torch.get_num_threads())]
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
             names.append(f"cuda:{i} ({p.name}, {p.total_memory / 2**30:.1f} GiB)")
     elif best_accelerator() is not None:
         names.append(str(best_accelerator()))
-    return summarise(names, shown=4)
+    return summarise(names, shown=4, lang=lang)
 
 
 WARMUP_STEPS = 3  # untimed: the first steps pay one-off costs (memory, kernel choice, on a GPU its start-up)
@@ -440,32 +566,35 @@ def training_speed(device, batch_size: int = 64, steps: int = 10, repeat: int = 
     return batch_size * steps / measure(lambda: train_steps(steps), device, repeat=repeat, warmup=0).median
 
 
-def speed_lines(accelerator, steps: int) -> list:
-    cpu = training_speed("cpu", steps=steps)
-    lines = [f"training speed (Tudui, batch 64): cpu {cpu:,.0f} images/s"]
+def speed_lines(accelerator, steps: int, lang: str = "en") -> list:
+    t, cpu = texts(lang), training_speed("cpu", steps=steps)
+    lines = [t["speed_cpu"].format(speed=cpu)]
     if accelerator is not None:
         acc = training_speed(accelerator, steps=steps)
-        lines.append(f"  {accelerator} {acc:,.0f} images/s: {acc / cpu:.1f}x the CPU")
+        lines.append(t["speed_gpu"].format(device=accelerator, speed=acc, ratio=acc / cpu))
     return lines
 
 
-def run(steps: int = 10) -> None:
+def run(steps: int = 10, lang: str = "en") -> None:
     """Print the diagnosis: torch build, nvidia-smi, devices, measured speed, and what to do.
 
-    steps: training steps per timed measurement (the median of 5 after a warm-up, on each device).
+    steps: training steps per timed measurement (the median of 5 after a warm-up, on each device);
+    lang: the language it prints in, "en" or "zh" (the notebook's or the command line's ``--lang``).
     """
+    t = texts(lang)
     build, smi = torch_build(), read_nvidia_smi()
     accelerator = None if build.kernel_error else best_accelerator()  # no speed test where no kernel runs
-    print(f"torch {build.version}: {describe_build(build)}; Python {platform.python_version()} "
-          f"on {platform.system()} {platform.machine()}")
-    print(f"nvidia-smi: {describe_smi(smi)}")
-    print(f"devices torch can use: {describe_devices()}")
+    print(t["report_torch"].format(version=build.version, build=describe_build(build, lang),
+                                   python=platform.python_version(), system=platform.system(),
+                                   machine=platform.machine()))
+    print(t["report_smi"].format(smi=describe_smi(smi, lang)))
+    print(t["report_devices"].format(devices=describe_devices(lang)))
     if build.cuda_available:
-        ran = f"failed: {build.kernel_error}" if build.kernel_error else "a convolution ran on every GPU"
-        print(f"kernel check: {ran}")
-    for line in speed_lines(accelerator, steps):
+        ran = t["kernels_failed"].format(error=build.kernel_error) if build.kernel_error else t["kernels_ran"]
+        print(t["report_kernels"].format(result=ran))
+    for line in speed_lines(accelerator, steps, lang):
         print(line)
-    advice = advise(build, smi, platform.system(), platform.machine(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    advice = advise(build, smi, platform.system(), platform.machine(), os.environ.get("CUDA_VISIBLE_DEVICES"), lang)
     print(f"\n{advice.summary}")
     for line in advice.steps:
         print(line)
