@@ -620,3 +620,13 @@ def test_a_bad_lang_is_one_line(monkeypatch, capsys):
     for call in (lambda: doctor.run(lang="fr"), lambda: doctor.advise(CPU_ONLY, None, lang="zh-CN")):
         with pytest.raises(ValueError, match=r"^lang must be one of \['en', 'zh'\] .*, not '(fr|zh-CN)'$"):
             call()
+
+
+def test_the_doctors_texts_ship_with_the_package():
+    """A pip install (Colab, Kaggle) has only the package: its texts are package data, read from there."""
+    import tomllib
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    project = tomllib.loads((root / "pyproject.toml").read_text())
+    assert "doctor_text.json" in project["tool"]["setuptools"]["package-data"]["tudui.cli"]
+    assert set(doctor.TEXT) == {"en", "zh"} and doctor.TEXT["en"].keys() == doctor.TEXT["zh"].keys()

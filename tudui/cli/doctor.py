@@ -5,6 +5,7 @@ canned ``nvidia-smi`` outputs); :func:`run` gathers the facts and prints.
 """
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -12,6 +13,7 @@ import shutil
 import subprocess
 import warnings
 from dataclasses import dataclass
+from importlib import resources
 
 import torch
 
@@ -96,126 +98,9 @@ CASE_GPU_NOT_USABLE = "gpu-not-usable"
 CASE_SMI_FAILED = "nvidia-smi-failed"
 CASE_NO_NVIDIA = "no-nvidia-gpu"
 
-TEXT = {  # everything the doctor says, in the notebook's language; commands, URLs and versions stay as they are
-    "en": {
-        "more": " and {more:,} more", "comma": ", ", "gpu": "GPU", "cap": "{gpu} (compute capability {cap})",
-        "cuda_build": "CUDA {cuda} build", "cpu_build": "CPU-only build", "rocm_build": "ROCm {hip} build (AMD GPUs)",
-        "mirror": "  or, faster in mainland China, the same wheels from the NJU mirror:",
-        "why_legacy": "torch 2.7.1's CUDA {cuda} build (the last torch with CUDA 11 builds; Python 3.9-3.13)",
-        "why_plain": "the CUDA {cuda} build of torch",
-        "why_runs": "the CUDA {cuda} build of torch, which this driver (CUDA {driver}) runs",
-        "why_minor": "the CUDA {cuda} build of torch (a CUDA {driver} driver runs any {major}.x build)",
-        "install": "Install {why}.",
-        "best_driver": "Best: update the NVIDIA driver ({page}), restart, run this doctor again. Or:",
-        "only_build": "Only this build has kernels for this GPU; torch 2.15 is planned without it (as of 2026-12).",
-        "remove_first": "Remove the current torch first (pip keeps an installed torch), then install, then check:",
-        "anaconda": "Anaconda: the same commands, in the activated environment. More in README.md, "
-                    "'Getting a GPU build of torch'.",
-        "update_driver": "Update the NVIDIA driver ({page}), restart, and run this doctor again.",
-        "keep_driver": "Or keep the driver and install the CUDA {cuda} build instead:",
-        "branch_580": "A driver of branch 580 or newer runs the CUDA {cuda} build, which has kernels for this GPU: "
-                      "the doctor then gives its commands.",
-        "too_old_gpu": "If NVIDIA offers no newer driver for this GPU, it is too old for current PyTorch builds: "
-                       "train on the CPU (quick mode) or on a free cloud GPU (notebook 05).",
-        "cpu_is_fine": "The CPU is fine for every lesson: they run in quick mode (a few thousand images).",
-        "free_gpu": "For full-size training, Colab, Kaggle or ModelScope lend you a free GPU (notebook 05).",
-        "old_macos": "This Mac's GPU (device 'mps') needs macOS 14 (Sonoma) or newer: update macOS to train on it.",
-        "maybe_driver": "If this machine does have an NVIDIA GPU, install its driver (nvidia-smi comes with it):",
-        "made_cpu": "CPU-only", "made_rocm": "built for AMD GPUs (ROCm {hip})",
-        "cuda_unknown": "CUDA version unknown",
-        "driver_too_old": "This torch is {made}, and driver {driver} ({cuda}) is too old for every torch build with "
-                          "kernels for the {gpu}.",
-        "windows_pip": "(On Windows a plain `pip install torch` installs this CPU-only build.)",
-        "not_cuda": "This machine has an {gpu}, but this torch is {made}.",
-        "no_kernels": "This torch (CUDA {cuda} build) has no kernels for the {gpu}: it cannot run on it.",
-        "too_new": "This torch is a CUDA {cuda} build, newer than driver {driver} supports (CUDA {driver_cuda}): "
-                   "torch cannot use the GPU.",
-        "not_usable": "torch has CUDA and the driver is new enough, but the {gpu} is not usable.",
-        "hidden": "CUDA_VISIBLE_DEVICES={visible} hides every GPU: unset it.",
-        "read_error": "Read torch's own error message (restart the machine first if the driver was just updated):",
-        "not_loaded": "the NVIDIA driver is not loaded", "failed": "failed",
-        "exited": "exited with code {code} ({why})", "smi_error": "{message}",
-        "smi_failed": "nvidia-smi {what}: torch cannot use the GPU.",
-        "restart": "Restart the computer. If nvidia-smi still fails, reinstall the NVIDIA driver:",
-        "secure_boot": "(Linux: a kernel update or Secure Boot can stop the driver loading; reinstall it.)",
-        "it_said": "It said: {message}",
-        "works": "{kind} works: a convolution ran on the GPU, and torch trains on it.", "rocm": "ROCm (AMD GPU)",
-        "nothing_gpu": "Nothing to do: the lessons pick the GPU themselves (tudui.pick_device(), --device auto).",
-        "mps_works": "The Apple GPU (MPS) works: torch trains on it as device 'mps'.",
-        "nothing_mps": "Nothing to do: the lessons pick it themselves (tudui.pick_device(), --device auto).",
-        "no_nvidia": "No NVIDIA GPU found (no nvidia-smi), and torch sees no other GPU.",
-        "smi_missing": "not found (no NVIDIA driver on the PATH)", "smi_failure": "failed ({why})",
-        "exit_code": "exit code {code}: {message}", "supports": "supports CUDA up to {cuda}",
-        "cuda_not_shown": "CUDA version not shown",
-        "no_caps": " (this nvidia-smi does not report compute capabilities)",
-        "smi": "{gpus}; driver {driver}, {cuda}{caps}",
-        "threads": "cpu ({n} threads)",
-        "report_torch": "torch {version}: {build}; Python {python} on {system} {machine}",
-        "report_smi": "nvidia-smi: {smi}", "report_devices": "devices torch can use: {devices}",
-        "report_kernels": "kernel check: {result}", "kernels_failed": "failed: {error}",
-        "kernels_ran": "a convolution ran on every GPU",
-        "speed_cpu": "training speed (Tudui, batch 64): cpu {speed:,.0f} images/s",
-        "speed_gpu": "  {device} {speed:,.0f} images/s: {ratio:.1f}x the CPU",
-    },
-    "zh": {
-        "more": "，另外还有 {more:,} 个", "comma": "、", "gpu": "显卡", "cap": "{gpu}（计算能力 {cap}）",
-        "cuda_build": "CUDA {cuda} 版", "cpu_build": "CPU 版", "rocm_build": "ROCm {hip} 版（AMD 显卡）",
-        "mirror": "  或者从南京大学的镜像下载同样的 wheel 安装包（在中国大陆更快）：",
-        "why_legacy": "torch 2.7.1 的 CUDA {cuda} 版（最后一个有 CUDA 11 版的 torch；支持 Python 3.9-3.13）",
-        "why_plain": "CUDA {cuda} 版的 torch",
-        "why_runs": "CUDA {cuda} 版的 torch，这个驱动（CUDA {driver}）能运行它",
-        "why_minor": "CUDA {cuda} 版的 torch（CUDA {driver} 的驱动能运行任何 {major}.x 版）",
-        "install": "安装 {why}。",
-        "best_driver": "最好是更新 NVIDIA 驱动（{page}），重启电脑，再运行一次 doctor。也可以：",
-        "only_build": "只有这个版本带有这块显卡的核函数；按计划，torch 2.15 不再提供这个版本（截至 2026-12）。",
-        "remove_first": "先卸载现在的 torch（pip 不会替换已经装好的 torch），再安装，然后检查：",
-        "anaconda": "用 Anaconda 的话：在激活的环境里运行同样的命令。详见 README.zh.md 的“安装 GPU 版的 torch”一节。",
-        "update_driver": "更新 NVIDIA 驱动（{page}），重启电脑，再运行一次 doctor。",
-        "keep_driver": "或者不换驱动，改装 CUDA {cuda} 版的 torch：",
-        "branch_580": "580 或更新分支的驱动能运行 CUDA {cuda} 版，它带有这块显卡的核函数：更新驱动后，doctor "
-                      "会给出安装命令。",
-        "too_old_gpu": "如果 NVIDIA 不再为这块显卡提供更新的驱动，它对现在的 PyTorch 来说就太旧了：在 CPU 上训练"
-                       "（快速模式），或者用免费的云端显卡（第 05 课）。",
-        "cpu_is_fine": "每一课都可以用 CPU 学：它们在快速模式下运行（只用几千张图片）。",
-        "free_gpu": "想用完整的数据集训练，Colab、Kaggle 和魔搭（ModelScope）都免费提供显卡（第 05 课）。",
-        "old_macos": "这台 Mac 的 GPU（设备 'mps'）需要 macOS 14（Sonoma）或更新的版本：更新 macOS 之后就能用它训练。",
-        "maybe_driver": "如果这台电脑确实有 NVIDIA 显卡，请安装它的驱动（nvidia-smi 随驱动一起安装）：",
-        "made_cpu": "CPU 版", "made_rocm": "AMD 显卡用的 ROCm {hip} 版",
-        "cuda_unknown": "CUDA 版本未知",
-        "driver_too_old": "这个 torch 是 {made}，而驱动 {driver}（{cuda}）太旧：显卡是 {gpu}，带有它的核函数的 "
-                          "torch 版本，这个驱动一个都运行不了。",
-        "windows_pip": "（在 Windows 上，直接 `pip install torch` 装的就是这种 CPU 版。）",
-        "not_cuda": "这台电脑有 {gpu}，但这个 torch 是 {made}。",
-        "no_kernels": "{gpu}：这个 torch（CUDA {cuda} 版）没有它的核函数，在它上面运行不了。",
-        "too_new": "这个 torch 是 CUDA {cuda} 版，比驱动 {driver} 支持的版本（CUDA {driver_cuda}）新：torch "
-                   "用不了显卡。",
-        "not_usable": "torch 是 CUDA 版，驱动也够新，可是 {gpu} 用不了。",
-        "hidden": "CUDA_VISIBLE_DEVICES={visible} 把所有显卡都隐藏了：删掉这个环境变量。",
-        "read_error": "看看 torch 自己的报错信息（如果刚更新过驱动，先重启电脑）：",
-        "not_loaded": "NVIDIA 驱动没有加载", "failed": "运行失败",
-        "exited": "返回了退出码 {code}（{why}）", "smi_error": "出错了（{message}）",
-        "smi_failed": "nvidia-smi {what}：torch 用不了显卡。",
-        "restart": "重启电脑。如果 nvidia-smi 还是失败，就重新安装 NVIDIA 驱动：",
-        "secure_boot": "（在 Linux 上，系统内核更新或者 Secure Boot 都可能让驱动加载不了：重新安装驱动。）",
-        "it_said": "它的输出：{message}",
-        "works": "{kind} 能用：一次卷积在显卡上跑通了，torch 可以在显卡上训练。", "rocm": "ROCm（AMD 显卡）",
-        "nothing_gpu": "什么都不用做：每一课都会自己选用显卡（tudui.pick_device()、--device auto）。",
-        "mps_works": "Apple 的 GPU（MPS）能用：torch 可以在设备 'mps' 上训练。",
-        "nothing_mps": "什么都不用做：每一课都会自己选用它（tudui.pick_device()、--device auto）。",
-        "no_nvidia": "没有找到 NVIDIA 显卡（没有 nvidia-smi），torch 也看不到别的显卡。",
-        "smi_missing": "没有找到（PATH 里没有 NVIDIA 驱动）", "smi_failure": "运行失败（{why}）",
-        "exit_code": "退出码 {code}：{message}", "supports": "最高支持 CUDA {cuda}",
-        "cuda_not_shown": "没有显示 CUDA 版本",
-        "no_caps": "（这个版本的 nvidia-smi 不报告计算能力）", "smi": "{gpus}；驱动 {driver}，{cuda}{caps}",
-        "threads": "cpu（{n} 个线程）",
-        "report_torch": "torch {version}：{build}；Python {python}，系统 {system} {machine}",
-        "report_smi": "nvidia-smi：{smi}", "report_devices": "torch 能用的设备：{devices}",
-        "report_kernels": "核函数检查：{result}", "kernels_failed": "失败：{error}",
-        "kernels_ran": "每块显卡上都跑通了一次卷积",
-        "speed_cpu": "训练速度（Tudui，批量大小 64）：cpu 每秒 {speed:,.0f} 张图片",
-        "speed_gpu": "  {device} 每秒 {speed:,.0f} 张图片：是 CPU 的 {ratio:.1f} 倍",
-    },
-}
+# Everything the doctor says, in each language a lesson is written in ("en", "zh"), by a short name;
+# commands, URLs and versions are filled in by the code and stay as they are.
+TEXT = json.loads(resources.files(__package__).joinpath("doctor_text.json").read_text(encoding="utf-8"))
 
 
 def texts(lang: str) -> dict:
