@@ -487,12 +487,7 @@ def test_training_speed_warms_up_before_the_clock_starts(monkeypatch):
 
 
 def test_run_prints_one_screen_with_the_advice(monkeypatch, capsys):
-    monkeypatch.setattr(doctor, "torch_build", lambda: CPU_ONLY_PYPI)
-    monkeypatch.setattr(doctor, "best_accelerator", lambda: None)
-    monkeypatch.setattr(doctor.torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(doctor.platform, "system", lambda: "Windows")
-    fake_nvidia_smi(monkeypatch, WINDOWS_566_QUERY, WINDOWS_566_HEADER)
-    monkeypatch.setattr(doctor, "training_speed", lambda device, steps: 1000.0)
+    windows_laptop(monkeypatch)
     doctor.run()
     out = capsys.readouterr().out
     lines = out.splitlines()
@@ -503,15 +498,19 @@ def test_run_prints_one_screen_with_the_advice(monkeypatch, capsys):
     assert "    python -m pip install torch torchvision --index-url https://download.pytorch.org/whl/cu126" in lines
 
 
-def test_run_shows_the_measured_speed_up(monkeypatch, capsys):
+@pytest.mark.parametrize("lang, speed_up, works", [
+    ("en", "cuda:0 20,000 images/s: 20.0x the CPU", "CUDA works"),
+    ("zh", "cuda:0 每秒 20,000 张图片：是 CPU 的 20.0 倍", "核函数检查：每块显卡上都跑通了一次卷积"),
+])
+def test_run_shows_the_measured_speed_up(monkeypatch, capsys, lang, speed_up, works):
     monkeypatch.setattr(doctor, "torch_build", lambda: CU126_WORKING)
     monkeypatch.setattr(doctor, "read_nvidia_smi", lambda: WINDOWS)
     monkeypatch.setattr(doctor, "describe_devices", lambda lang="en": "cpu, cuda:0")
     monkeypatch.setattr(doctor, "best_accelerator", lambda: torch.device("cuda", 0))
     monkeypatch.setattr(doctor, "training_speed", lambda device, steps: 20000.0 if str(device) == "cuda:0" else 1000.0)
-    doctor.run()
+    doctor.run(lang=lang)
     out = capsys.readouterr().out
-    assert "cuda:0 20,000 images/s: 20.0x the CPU" in out and "CUDA works" in out
+    assert speed_up in out and works in out
 
 
 @pytest.mark.gpu
@@ -593,16 +592,6 @@ def test_run_in_chinese_prints_its_labels_in_chinese(monkeypatch, capsys):
     doctor.run(lang="zh")
     assert_chinese_report(capsys.readouterr().out)
 
-
-def test_the_measured_speed_up_in_chinese(monkeypatch, capsys):
-    monkeypatch.setattr(doctor, "torch_build", lambda: CU126_WORKING)
-    monkeypatch.setattr(doctor, "read_nvidia_smi", lambda: WINDOWS)
-    monkeypatch.setattr(doctor, "describe_devices", lambda lang="en": "cpu、cuda:0")
-    monkeypatch.setattr(doctor, "best_accelerator", lambda: torch.device("cuda", 0))
-    monkeypatch.setattr(doctor, "training_speed", lambda device, steps: 20000.0 if str(device) == "cuda:0" else 1000.0)
-    doctor.run(lang="zh")
-    out = capsys.readouterr().out
-    assert "cuda:0 每秒 20,000 张图片：是 CPU 的 20.0 倍" in out and "核函数检查：每块显卡上都跑通了一次卷积" in out
 
 
 def test_python_m_tudui_doctor_lang_zh(monkeypatch, capsys):

@@ -173,20 +173,10 @@ def test_every_lesson_has_a_chinese_twin(english):
 
 
 @pytest.mark.parametrize("english", ENGLISH, ids=lambda p: p.name)
-def test_the_twin_has_the_same_cells_in_the_same_order(english):
-    problems = cell_problems(*twin(english))
-    assert not problems, "\n".join(problems)
-
-
-@pytest.mark.parametrize("english", ENGLISH, ids=lambda p: p.name)
-def test_the_twin_has_the_english_code(english):
-    problems = code_problems(*twin(english))
-    assert not problems, "\n".join(problems)
-
-
-@pytest.mark.parametrize("english", ENGLISH, ids=lambda p: p.name)
-def test_the_twin_translates_the_english_as_it_is_now(english):
-    problems = stale_problems(*twin(english))
+@pytest.mark.parametrize("problems_of", [cell_problems, code_problems, stale_problems],
+                         ids=["same cells in the same order", "the English code", "the English as it is now"])
+def test_the_twin_is_in_step(english, problems_of):
+    problems = problems_of(*twin(english))
     assert not problems, "\n".join(problems)
 
 
