@@ -1,10 +1,8 @@
 """Checkpoints that move between devices safely (notebook 04).
 
-We save state_dicts, never pickled models, and write atomically: a temp file in the same folder,
-then ``os.replace``, so an interruption leaves the old file or the new one, never half of one.
-We load with ``weights_only=True`` and ``map_location``: a file saved on a GPU loads on a CPU-only
-machine, and a file cannot run code when it is opened. The course's whole-model files
-(``torch.save(tudui, ...)``) are read with an allow-list of exactly the classes Tudui is built from.
+state_dicts, written atomically (a temp file, then ``os.replace``: an interruption leaves the old file or
+the new one); loaded with ``weights_only=True`` and ``map_location``, so a GPU's file loads on a CPU and no
+file runs code. The course's whole-model files are read with an allow-list of the classes Tudui is built from.
 """
 from __future__ import annotations
 
@@ -35,9 +33,6 @@ class CheckpointError(RuntimeError):
 def first_line(exc, limit=160) -> str:
     return ((str(exc).splitlines() or [""])[0] or type(exc).__name__)[:limit]
 
-
-# --- saving ------------------------------------------------------------------------------------------
-
 def _plain(value, name):
     """``value`` as what the loader accepts: plain Python types and tensors (numpy scalars, dataclasses converted)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -61,10 +56,9 @@ def temp_prefix(path) -> str:
 
 
 def save_checkpoint(path, model, optimizer=None, epoch=None, **extra):
-    """Save model (and optimizer) state_dicts to ``path`` atomically; returns ``path``.
+    """Save model (and optimizer) state_dicts to ``path`` atomically (a link's target is replaced); returns ``path``.
 
-    A link is followed: its target is replaced. ``extra`` holds anything else worth keeping
-    (history, arguments), as plain types.
+    ``extra``: anything else worth keeping (history, arguments), as plain types.
     """
     epoch = _plain(epoch, "epoch")
     if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0):
@@ -99,15 +93,9 @@ def save_checkpoint(path, model, optimizer=None, epoch=None, **extra):
             os.unlink(tmp)
     return path
 
-
-# --- reading -----------------------------------------------------------------------------------------
-
 def read_checkpoint(path, device="cpu"):
-    """Load a file's contents onto ``device`` safely, whatever kind of Tudui file it is.
-
-    The classes the file names are listed before anything is unpickled: the layers of the
-    course's Tudui and any ``<module>.Tudui`` (read as ours) pass; any other class is refused.
-    """
+    """A file's contents on ``device``. The classes it names are listed before anything is unpickled: only
+    the layers of the course's Tudui and any ``<module>.Tudui`` (read as ours) pass."""
     path, device = os.fspath(path), pick_device(device)
     if not os.path.isfile(path):
         raise CheckpointError(f"{path!r} is a folder, not a checkpoint file" if os.path.isdir(path)
@@ -158,14 +146,10 @@ def parts(obj, path):
 
 
 def load_checkpoint(path, model, optimizer=None, device="cpu", restore_rng=False):
-    """Load ``path`` into ``model`` on ``device`` (and ``optimizer``, if given).
-
-    Works for our checkpoints, plain state_dicts and the course's whole-model files, whatever
-    device they were saved on. The model moves to ``device``; optimizer state follows its
-    parameters there. ``restore_rng`` restores the CPU random state saved with the checkpoint, so a
-    resumed run shuffles as an uninterrupted one. Returns a dict with ``epoch``, ``extra``, ``format``.
-    torch's own ``load_state_dict`` checks names and shapes; it is tried on copies first, so a file
-    that does not fit changes nothing.
+    """Load our checkpoint, a state_dict or a course whole-model file into ``model`` (and ``optimizer``), both
+    moved to ``device``; returns ``epoch``, ``extra``, ``format``. ``restore_rng``: the saved CPU random state,
+    so a resumed run shuffles as an uninterrupted one. torch's strict ``load_state_dict`` (names, shapes) is
+    tried on copies first: a file that does not fit changes nothing.
     """
     device = pick_device(device)
     weights, kind, ours = parts(read_checkpoint(path, device), path)

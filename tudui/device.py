@@ -78,13 +78,8 @@ def _xpu_problem(index: int | None) -> str | None:
 
 
 def pick_device(want="auto") -> torch.device:
-    """Return the device to train on.
-
-    ``"auto"`` picks the best available accelerator, else the CPU. Any other
-    choice (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``, ``"xpu"`` or a
-    ``torch.device``) is returned only if it is really there; otherwise a
-    DeviceError says why. A specific request never falls back to the CPU.
-    """
+    """The device to train on: for ``"auto"`` the best accelerator, else the CPU; any other choice
+    (``"cuda:1"``, a ``torch.device`` ...) only if it is really there, else a DeviceError says why."""
     if isinstance(want, str) and want.strip().lower() == "auto":
         return best_accelerator() or torch.device("cpu")
     kind, index = _parse(want)

@@ -1,11 +1,8 @@
-"""Training on several devices with torchrun and DistributedDataParallel.
+"""Training on several devices with torchrun and DistributedDataParallel (notebook 08).
 
-torchrun starts one process per device and tells each where it stands through
-environment variables: ``RANK`` (0 .. WORLD_SIZE-1 over all machines),
-``LOCAL_RANK`` (which device on this machine) and ``WORLD_SIZE`` (how many
-processes in all). :func:`setup` reads them, takes the process's device and
-joins the process group (进程组): ``nccl`` for NVIDIA GPUs, ``gloo`` for CPUs.
-Without torchrun it returns a single-process :class:`Context` and joins nothing.
+torchrun starts one process per device and sets ``RANK`` (0 .. WORLD_SIZE-1 over all machines), ``LOCAL_RANK``
+(which device on this machine) and ``WORLD_SIZE``. :func:`setup` reads them, takes the process's device and
+joins the process group: ``nccl`` for NVIDIA GPUs, ``gloo`` for CPUs. Without torchrun it joins nothing.
 """
 from __future__ import annotations
 
@@ -45,8 +42,7 @@ class Context:
     backend: str | None = None
 
     @property
-    def is_main(self) -> bool:
-        """Rank 0: the one process that logs and writes files."""
+    def is_main(self) -> bool:  # rank 0: the one process that logs and writes files
         return self.rank == 0
 
     @property
@@ -55,7 +51,7 @@ class Context:
 
 
 def _env(name: str, default=None) -> int:
-    """Environment variable ``name`` as torchrun sets it: a whole number (a LaunchError if not)."""
+    """Environment variable ``name`` as a whole number, as torchrun sets it."""
     text = os.environ.get(name, default)
     try:
         return int(text)
@@ -90,11 +86,8 @@ def _device_for(want, local_rank: int) -> torch.device:
 
 
 def setup(want="auto") -> Context:
-    """Pick the device and, under torchrun, join the process group.
-
-    Each process takes its own GPU (``cuda:LOCAL_RANK``) and the ``nccl``
-    backend (``gloo`` where torch has no NCCL, as on Windows); on CPUs every process uses ``gloo``.
-    """
+    """The device and, under torchrun, the process group: each process its own GPU (``cuda:LOCAL_RANK``) with
+    ``nccl`` (``gloo`` where torch has no NCCL, as on Windows), or ``gloo`` on CPUs."""
     if not launched_by_torchrun():
         return Context(device=pick_device(want))
     rank, world, local = _env("RANK"), _env("WORLD_SIZE"), _env("LOCAL_RANK", os.environ["RANK"])
@@ -117,12 +110,9 @@ def setup(want="auto") -> Context:
 
 
 def teardown():
-    """Leave the process group (if this process joined one); safe to call twice.
-
-    On a clean exit every process first waits for the others, so none destroys the group while
-    another still uses it. Free the DDP model before (``del model``): a model that still holds
-    the group can hang the exit. After an error there is no waiting: torchrun stops the others.
-    """
+    """Leave the process group, if joined; safe to call twice. On a clean exit every process first waits for
+    the others (after an error torchrun stops them). Free the DDP model first: one that holds the group can
+    hang the exit."""
     if dist.is_available() and dist.is_initialized():
         if sys.exc_info()[0] is None:  # no exception on its way out
             dist.barrier()
@@ -137,12 +127,8 @@ def barrier():
 
 @contextmanager
 def main_first(ctx: Context):
-    """Rank 0 runs the block first (e.g. downloading CIFAR-10); the others wait, then run it.
-
-    So only one process writes a shared file, and the others read it whole.
-    If rank 0 fails inside the block, it does not reach the barrier; torchrun
-    then stops the waiting processes.
-    """
+    """Rank 0 runs the block first (downloading CIFAR-10), the others after it: one writer, whole files read.
+    If rank 0 fails inside, torchrun stops the waiting processes."""
     if ctx.distributed and not ctx.is_main:
         barrier()
     yield

@@ -5,13 +5,9 @@ from torch import nn
 class Tudui(nn.Module):
     """The Tudui network from the xiaotudui PyTorch course (145,578 parameters).
 
-    The layers sit inside ``self.model`` exactly as in the course, so the
-    state_dict keys (``model.0.weight`` ... ``model.8.bias``) and shapes match
-    checkpoints trained with the course's own code.
-
-    There is no ReLU: the course leaves it out, and we keep the network as
-    learners know it so their checkpoints load. Max-pooling is the only
-    non-linearity, which is why accuracy on real CIFAR-10 tops out near 65 %.
+    The layers sit in ``self.model`` as in the course, so its checkpoints' keys (``model.0.weight`` ...)
+    and shapes match. No ReLU, as in the course: max-pooling is the only non-linearity, which is why
+    accuracy on real CIFAR-10 tops out near 65 %.
     """
 
     def __init__(self):
