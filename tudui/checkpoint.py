@@ -33,6 +33,7 @@ class CheckpointError(RuntimeError):
 def first_line(exc, limit=160) -> str:
     return ((str(exc).splitlines() or [""])[0] or type(exc).__name__)[:limit]
 
+
 def _plain(value, name):
     """``value`` as what the loader accepts: plain Python types and tensors (numpy scalars, dataclasses converted)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -67,6 +68,12 @@ def save_checkpoint(path, model, optimizer=None, epoch=None, **extra):
              "optimizer": optimizer.state_dict() if optimizer is not None else None,
              "epoch": epoch, "rng": torch.get_rng_state(), "extra": _plain(extra, "extra")}
     path = os.fspath(path)
+    _write_atomically(state, path)
+    return path
+
+
+def _write_atomically(state, path):
+    """torch.save to a temp file beside the real target of ``path``, then rename it over that target."""
     real = os.path.realpath(path)
     if os.path.exists(real) and not os.path.isfile(real):  # a folder, /dev/null ...: never replaced
         raise CheckpointError(f"{path!r} is {'a folder' if os.path.isdir(real) else 'not a regular file'}; "
@@ -91,7 +98,7 @@ def save_checkpoint(path, model, optimizer=None, epoch=None, **extra):
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return path
+
 
 def read_checkpoint(path, device="cpu"):
     """A file's contents on ``device``. The classes it names are listed before anything is unpickled: only
