@@ -72,12 +72,3 @@ def test_course_weights_give_the_course_outputs():
     with torch.no_grad():
         assert torch.equal(ours(x), course(x))
 
-
-def test_import_tudui_loads_nothing_of_the_tool():
-    """``import tudui`` and the lessons' names load the lessons' modules only, never tudui.cli."""
-    import subprocess
-    import sys
-    code = ("import sys, tudui; tudui.fit, tudui.save_checkpoint, tudui.loaders, tudui.show_recorded; "
-            "print(sorted(m for m in sys.modules if m.startswith('tudui')))")
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "tudui.checkpoint" in loaded and "tudui.cli" not in loaded, loaded
