@@ -1,7 +1,6 @@
 """``python -m tudui doctor``: what this machine has, what torch can use of it, and the one thing to do.
 
-The parsing and the advice are pure functions of the facts (easy to test with
-canned ``nvidia-smi`` outputs); :func:`run` gathers the facts and prints.
+Parsing and advice are pure functions of the facts (tested with canned nvidia-smi outputs); run() gathers and prints.
 """
 from __future__ import annotations
 
@@ -14,6 +13,7 @@ import subprocess
 import warnings
 from dataclasses import dataclass
 from importlib import resources
+from itertools import zip_longest
 
 import torch
 
@@ -31,7 +31,9 @@ DRIVER_PAGE = "https://www.nvidia.com/Download/index.aspx"
 CHECK = ("python -c \"import torch; print(torch.cuda.is_available(), torch.version.cuda, "
          "torch.ones(1, device='cuda') + 1)\"")  # the last part runs a real kernel
 UNINSTALL = "python -m pip uninstall -y torch torchvision"
+TRY_CUDA = 'python -c "import torch; torch.zeros(1).cuda()"'  # shows torch's own error
 SMI_TIMEOUT = 10.0  # seconds for each nvidia-smi call
+QUERY, CSV = "--query-gpu=name,driver_version", "--format=csv,noheader"
 
 # CUDA builds of torch on https://download.pytorch.org/whl/cuXYZ, per release. Sources, checked 2026-12-01:
 # pytorch.org/get-started/previous-versions (2.7-2.9), the "PyTorch CUDA Support Matrix" in pytorch/pytorch's
@@ -42,9 +44,8 @@ SMI_TIMEOUT = 10.0  # seconds for each nvidia-smi call
 # pre-Turing (< 7.5) kernels. cu118 of torch 2.7: 5.0-9.0 (RELEASE.md for 2.7), Python 3.9-3.13.
 # For 2.15, RFC github.com/pytorch/pytorch/issues/190385 (open on 2026-12-01) removes the 12.6 build.
 PRE_TURING = tuple("sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90".split())
-BUILD_ARCHS = {(11, 8): PRE_TURING, (12, 6): PRE_TURING,
-               (13, 0): tuple("sm_75 sm_80 sm_86 sm_90 sm_100 sm_120".split())}
-BUILD_ARCHS[(13, 2)] = BUILD_ARCHS[(13, 0)]
+CUDA_13_ARCHS = tuple("sm_75 sm_80 sm_86 sm_90 sm_100 sm_120".split())
+BUILD_ARCHS = {(11, 8): PRE_TURING, (12, 6): PRE_TURING, (13, 0): CUDA_13_ARCHS, (13, 2): CUDA_13_ARCHS}
 CURRENT_BUILDS = ((12, 6), (13, 0), (13, 2))  # each index serves the newest torch (2.14)
 LEGACY_BUILD = (11, 8)                        # the last torch with CUDA 11 wheels: 2.7.1
 LEGACY_PINS = "torch==2.7.1 torchvision==0.22.1"
@@ -120,24 +121,27 @@ def dotted(version: tuple) -> str:
     return f"{version[0]}.{version[1]}"
 
 
-def printable(text: str, limit: int = 120) -> str:
-    """Text safe for a terminal: control characters (ANSI escapes too) become '?', and at most ``limit`` of them."""
-    text = "".join(c if c.isprintable() else "?" for c in text.strip())
+def printable(text, limit: int = 120) -> str:
+    """``str(text)``'s first line for a terminal: control characters (ANSI escapes too) as '?', at most ``limit``."""
+    text = "".join(c if c.isprintable() else "?" for c in str(text).strip().split("\n")[0].strip())
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def summarise(items, shown: int = 3, lang: str = "en") -> str:
+def summarise(items, t: dict, shown: int = 3) -> str:
     """``a, b, c and 5 more``: a list that stays on one line however long it is."""
-    t, more = texts(lang), len(items) - shown
+    more = len(items) - shown
     return t["comma"].join(items[:shown]) + (t["more"].format(more=more) if more > 0 else "")
+
+
+def gpu_label(gpu: str, cap: tuple | None, t: dict) -> str:
+    return t["cap"].format(gpu=gpu, cap=dotted(cap)) if cap else gpu
 
 
 GPU_ROW = re.compile(r"(?P<name>.+?),\s*(?P<driver>\d+(?:\.\d+)+)\s*(?:,\s*(?P<cap>[^,]*))?")
 
 
 def parse_gpu_query(text: str) -> list:
-    """``[(name, driver, cap), ...]`` from ``nvidia-smi --query-gpu=name,driver_version[,compute_cap]
-    --format=csv,noheader``; cap is None without that field."""
+    """``[(name, driver, cap), ...]`` from ``nvidia-smi QUERY[,compute_cap] CSV``; cap is None without that field."""
     rows = [GPU_ROW.fullmatch(line.strip()) for line in text.splitlines()]
     return [(printable(m["name"]), m["driver"], version_tuple(m["cap"])) for m in rows if m]
 
@@ -159,31 +163,27 @@ def parse_nvidia_smi(query: str, header: str) -> NvidiaSmi | None:
 
 
 def has_kernels(arch_list, cap: tuple) -> bool:
-    """Whether a build with ``arch_list`` runs on a GPU of compute capability ``cap``.
-
-    Binary code ``sm_XY`` runs on X.Y and on newer GPUs of the same major version; PTX
-    (``compute_XY``) is compiled for any X.Y or newer GPU when first used.
-    """
+    """Whether a build with ``arch_list`` runs on compute capability ``cap``: binary code ``sm_XY`` runs on X.Y and
+    newer GPUs of the same major version; PTX (``compute_XY``) is compiled for any X.Y or newer GPU when first used."""
     code = 10 * cap[0] + cap[1]
-    for kind, _, num in (arch.partition("_") for arch in arch_list):
-        if num.isdigit() and int(num) <= code and (kind == "compute" or int(num) // 10 == cap[0]):
-            return True
-    return False
+    archs = [(kind, int(num)) for kind, _, num in (arch.partition("_") for arch in arch_list) if num.isdigit()]
+    return any(num <= code and (kind == "compute" or num // 10 == cap[0]) for kind, num in archs)
 
 
 def missing_kernels(build: TorchBuild, caps: tuple) -> bool:
-    """A CUDA build whose kernels (its arch list, else the table above) do not cover every GPU."""
+    """The kernel probe failed for want of kernels, or the arch list (else the table above) misses a GPU in caps."""
+    if any(p in (build.kernel_error or "") for p in NO_KERNEL):
+        return True
     archs = build.arch_list or BUILD_ARCHS.get(build.cuda, ())
-    return bool(build.cuda and archs and caps) and not all(has_kernels(archs, cap) for cap in caps)
+    return bool(archs and caps) and not all(has_kernels(archs, cap) for cap in caps)
 
 
 def choose_build(driver_cuda: tuple | None, caps: tuple = ()) -> tuple | None:
     """The CUDA build of torch to install: one with kernels for every GPU in ``caps``, that the driver runs.
 
-    The newest current build the driver supports; else the oldest of the driver's major
-    version, which it runs too (NVIDIA's "minor version compatibility", with a limited
-    feature set: a 12.x build needs a 12.0+ driver, >= 525); for a CUDA 11 driver that is the
-    11.8 build of torch 2.7. None: no build fits this driver.
+    The newest current build the driver supports; else the oldest of the driver's major version, which it runs too
+    (NVIDIA's "minor version compatibility", with a limited feature set: a 12.x build needs a 12.0+ driver, >= 525);
+    for a CUDA 11 driver that is the 11.8 build of torch 2.7. None: no build fits this driver.
     """
     fits = [b for b in CURRENT_BUILDS + (LEGACY_BUILD,) if all(has_kernels(BUILD_ARCHS[b], c) for c in caps)]
     current = [b for b in fits if b in CURRENT_BUILDS]
@@ -196,43 +196,35 @@ def choose_build(driver_cuda: tuple | None, caps: tuple = ()) -> tuple | None:
     return min(same_major) if same_major else None
 
 
-def install_command(build: tuple, index: str = WHEELS) -> str:
+def install_lines(build: tuple, t: dict) -> list:
+    """Uninstall, then install the build: from the official index, or the same from its mirror."""
     pins = LEGACY_PINS if build == LEGACY_BUILD else "torch torchvision"
-    return f"python -m pip install {pins} --index-url {index}cu{build[0]}{build[1]}"
+    command = f"    python -m pip install {pins} --index-url {{index}}cu{build[0]}{build[1]}"
+    return [f"    {UNINSTALL}", command.format(index=WHEELS), t["mirror"], command.format(index=MIRROR)]
 
 
-def install_lines(build: tuple, lang: str = "en") -> list:
-    """The install command, and the same through the mirror."""
-    return [f"    {install_command(build)}", texts(lang)["mirror"], f"    {install_command(build, MIRROR)}"]
-
-
-def why_this_build(build: tuple, driver_cuda: tuple | None, lang: str = "en") -> str:
-    t, cuda = texts(lang), dotted(build)
+def install_steps(build: tuple, driver_cuda: tuple | None, caps: tuple, t: dict) -> tuple:
+    """Why this build; uninstall, install it, check."""
     if build == LEGACY_BUILD:
-        return t["why_legacy"].format(cuda=cuda)
-    if driver_cuda is None:
-        return t["why_plain"].format(cuda=cuda)
-    why = "why_runs" if build <= driver_cuda else "why_minor"
-    return t[why].format(cuda=cuda, driver=dotted(driver_cuda), major=build[0])
-
-
-def install_steps(build: tuple, driver_cuda: tuple | None, caps: tuple = (), lang: str = "en") -> tuple:
-    """Uninstall, install the CUDA build (official index, then its mirror), check."""
-    t = texts(lang)
-    lines = [t["install"].format(why=why_this_build(build, driver_cuda, lang))]
+        why = t["why_legacy"]
+    elif driver_cuda is None:
+        why = t["why_plain"]
+    else:
+        why = t["why_runs" if build <= driver_cuda else "why_minor"]
+    driver = dotted(driver_cuda) if driver_cuda else None
+    lines = [t["install"].format(why=why.format(cuda=dotted(build), driver=driver, major=build[0]))]
     if driver_cuda and build > driver_cuda:
         lines.insert(0, t["best_driver"].format(page=DRIVER_PAGE))
     if build == CURRENT_BUILDS[0] and caps and not all(has_kernels(BUILD_ARCHS[CURRENT_BUILDS[1]], c) for c in caps):
         lines.append(t["only_build"])
-    return (*lines, t["remove_first"], f"    {UNINSTALL}", *install_lines(build, lang), f"    {CHECK}", t["anaconda"])
+    return (*lines, t["remove_first"], *install_lines(build, t), f"    {CHECK}", t["anaconda"])
 
 
-def driver_steps(driver_cuda: tuple | None, caps: tuple = (), lang: str = "en") -> tuple:
-    t = texts(lang)
+def driver_steps(driver_cuda: tuple | None, caps: tuple, t: dict) -> tuple:
     lines = [t["update_driver"].format(page=DRIVER_PAGE)]
     build, after = choose_build(driver_cuda, caps), caps and choose_build(R580_CUDA, caps)
     if build:
-        lines += [t["keep_driver"].format(cuda=dotted(build)), f"    {UNINSTALL}", *install_lines(build, lang)]
+        lines += [t["keep_driver"].format(cuda=dotted(build)), *install_lines(build, t)]
     elif after:
         lines.append(t["branch_580"].format(cuda=dotted(after)))
     else:
@@ -240,8 +232,7 @@ def driver_steps(driver_cuda: tuple | None, caps: tuple = (), lang: str = "en") 
     return tuple(lines)
 
 
-def no_gpu_steps(build: TorchBuild, system: str, machine: str, lang: str = "en") -> tuple:
-    t = texts(lang)
+def no_gpu_steps(build: TorchBuild, system: str, machine: str, t: dict) -> tuple:
     lines = [t["cpu_is_fine"], t["free_gpu"]]
     if system == "Darwin" and machine == "arm64":  # MPS needs macOS 14 since torch 2.9 (pytorch/pytorch#162921)
         lines.append(t["old_macos"])
@@ -250,52 +241,32 @@ def no_gpu_steps(build: TorchBuild, system: str, machine: str, lang: str = "en")
     return tuple(lines)
 
 
-def gpu_label(smi: NvidiaSmi, caps: tuple, lang: str = "en") -> str:
-    return texts(lang)["cap"].format(gpu=smi.gpus[0], cap=dotted(caps[0])) if caps else smi.gpus[0]
-
-
-def not_a_cuda_build(build: TorchBuild, smi: NvidiaSmi, system: str, caps: tuple, lang: str = "en") -> Advice:
+def not_a_cuda_build(build: TorchBuild, smi: NvidiaSmi, system: str, caps: tuple, gpu: str, t: dict) -> Advice:
     """An NVIDIA GPU, and a torch built for the CPU only (or for AMD GPUs)."""
-    t, gpu = texts(lang), gpu_label(smi, caps, lang)
     made = t["made_rocm"].format(hip=build.hip) if build.hip else t["made_cpu"]
     chosen = choose_build(smi.cuda, caps)
     if chosen is None:
         cuda = f"CUDA {dotted(smi.cuda)}" if smi.cuda else t["cuda_unknown"]
         return Advice(CASE_DRIVER_TOO_OLD, t["driver_too_old"].format(made=made, driver=smi.driver, cuda=cuda, gpu=gpu),
-                      driver_steps(smi.cuda, caps, lang))
-    steps = install_steps(chosen, smi.cuda, caps, lang)
-    if system == "Windows" and not build.hip:
-        steps = (t["windows_pip"],) + steps
-    return Advice(CASE_CPU_BUILD, t["not_cuda"].format(gpu=gpu, made=made), steps)
+                      driver_steps(smi.cuda, caps, t))
+    windows = (t["windows_pip"],) if system == "Windows" and not build.hip else ()
+    return Advice(CASE_CPU_BUILD, t["not_cuda"].format(gpu=gpu, made=made),
+                  windows + install_steps(chosen, smi.cuda, caps, t))
 
 
-def no_kernels(build: TorchBuild, smi, caps: tuple, lang: str = "en") -> Advice:
-    """A CUDA build without kernels for this GPU: CUDA looks available, the first real operation fails."""
-    t = texts(lang)
-    driver_cuda = smi.cuda if isinstance(smi, NvidiaSmi) else None
-    gpu = gpu_label(smi, caps, lang) if isinstance(smi, NvidiaSmi) else t["gpu"]
-    chosen = choose_build(driver_cuda, caps)
-    steps = install_steps(chosen, driver_cuda, caps, lang) if chosen else driver_steps(driver_cuda, caps, lang)
-    return Advice(CASE_NO_KERNELS, t["no_kernels"].format(cuda=dotted(build.cuda), gpu=gpu), steps)
-
-
-def cuda_build_not_working(build: TorchBuild, smi: NvidiaSmi, visible: str | None, caps: tuple,
-                           lang: str = "en") -> Advice:
+def cuda_build_not_working(build: TorchBuild, smi: NvidiaSmi, visible: str | None, caps: tuple, t: dict) -> Advice:
     """A CUDA build of torch and an NVIDIA driver, yet no GPU is usable."""
-    t = texts(lang)
     if smi.cuda and build.cuda > smi.cuda:
         summary = t["too_new"].format(cuda=dotted(build.cuda), driver=smi.driver, driver_cuda=dotted(smi.cuda))
-        return Advice(CASE_BUILD_TOO_NEW, summary, driver_steps(smi.cuda, caps, lang))
+        return Advice(CASE_BUILD_TOO_NEW, summary, driver_steps(smi.cuda, caps, t))
     summary = t["not_usable"].format(gpu=smi.gpus[0])
     if visible is not None and visible.strip() in ("", "-1"):
         return Advice(CASE_GPU_NOT_USABLE, summary, (t["hidden"].format(visible=repr(visible)),))
-    return Advice(CASE_GPU_NOT_USABLE, summary,
-                  (t["read_error"], '    python -c "import torch; torch.zeros(1).cuda()"'))
+    return Advice(CASE_GPU_NOT_USABLE, summary, (t["read_error"], f"    {TRY_CUDA}"))
 
 
-def smi_failed(failure: SmiFailure, lang: str = "en") -> Advice:
+def smi_failed(failure: SmiFailure, t: dict) -> Advice:
     """nvidia-smi exists but failed: the driver is installed, and not working."""
-    t = texts(lang)
     if failure.code is None:
         what = t["smi_error"].format(message=failure.message)
     else:
@@ -316,28 +287,28 @@ def advise(build: TorchBuild, smi, system: str = "", machine: str = "", visible:
     ``platform.machine()``; visible: $CUDA_VISIBLE_DEVICES; lang: the language of the advice, "en" or "zh".
     """
     t = texts(lang)
-    caps = build.caps or (smi.caps if isinstance(smi, NvidiaSmi) else ())
-    if build.cuda and (missing_kernels(build, caps) or any(p in (build.kernel_error or "") for p in NO_KERNEL)):
-        return no_kernels(build, smi, caps, lang)
+    found = smi if isinstance(smi, NvidiaSmi) else None
+    caps = build.caps or (found.caps if found else ())
+    gpu = gpu_label(found.gpus[0], caps[0] if caps else None, t) if found else t["gpu"]
+    if build.cuda and missing_kernels(build, caps):
+        driver_cuda = found.cuda if found else None
+        chosen = choose_build(driver_cuda, caps)
+        steps = install_steps(chosen, driver_cuda, caps, t) if chosen else driver_steps(driver_cuda, caps, t)
+        return Advice(CASE_NO_KERNELS, t["no_kernels"].format(cuda=dotted(build.cuda), gpu=gpu), steps)
     if build.cuda_available and not build.kernel_error:
-        kind = t["rocm"] if build.hip else "CUDA"
-        return Advice(CASE_WORKS, t["works"].format(kind=kind), (t["nothing_gpu"],))
+        return Advice(CASE_WORKS, t["works"].format(kind=t["rocm"] if build.hip else "CUDA"), (t["nothing_gpu"],))
     if build.mps_available:
         return Advice(CASE_WORKS, t["mps_works"], (t["nothing_mps"],))
     if isinstance(smi, SmiFailure):
-        return smi_failed(smi, lang)
+        return smi_failed(smi, t)
     if smi is None:
-        return Advice(CASE_NO_NVIDIA, t["no_nvidia"], no_gpu_steps(build, system, machine, lang))
+        return Advice(CASE_NO_NVIDIA, t["no_nvidia"], no_gpu_steps(build, system, machine, t))
     if build.cuda is None:
-        return not_a_cuda_build(build, smi, system, caps, lang)
-    return cuda_build_not_working(build, smi, visible, caps, lang)
+        return not_a_cuda_build(build, smi, system, caps, gpu, t)
+    return cuda_build_not_working(build, smi, visible, caps, t)
 
 
-# ---------------------------------------------------------------------------
-# Gathering the facts (everything below touches the machine).
-
-QUERY, CSV = "--query-gpu=name,driver_version", "--format=csv,noheader"
-
+# Gathering the facts: everything below touches the machine.
 
 def run_nvidia_smi(exe: str, *args, timeout: float):
     return subprocess.run([exe, *args], capture_output=True, text=True, encoding="utf-8", errors="replace",
@@ -354,17 +325,13 @@ def read_nvidia_smi(timeout: float = SMI_TIMEOUT) -> NvidiaSmi | SmiFailure | No
         if query.returncode != 0:  # nvidia-smi before about driver 510 rejects the field (exit code 2)
             query = run_nvidia_smi(exe, QUERY, CSV, timeout=timeout)
         if query.returncode != 0:
-            return SmiFailure(query.returncode, printable((query.stdout + query.stderr).strip().split("\n")[0]))
+            return SmiFailure(query.returncode, printable(query.stdout + query.stderr))
         header = run_nvidia_smi(exe, timeout=timeout)
     except subprocess.TimeoutExpired:
         return SmiFailure(None, f"did not answer within {timeout:.0f} s (the driver is not responding)")
     except OSError as exc:
         return SmiFailure(None, printable(f"could not start ({exc})"))
     return parse_nvidia_smi(query.stdout, header.stdout)
-
-
-def first_line(text) -> str:
-    return printable(str(text).strip().split("\n")[0]) if text else ""
 
 
 def probe_kernels() -> str | None:
@@ -375,7 +342,7 @@ def probe_kernels() -> str | None:
             conv(torch.rand(2, 3, 8, 8, device=f"cuda:{i}")).sum().backward()
             torch.cuda.synchronize(i)
         except RuntimeError as exc:  # "CUDA error: no kernel image is available for execution on the device"
-            return f"cuda:{i}: {first_line(exc)}"
+            return f"cuda:{i}: {printable(exc)}"
     return None
 
 
@@ -389,7 +356,7 @@ def torch_build() -> TorchBuild:
             caps = tuple(torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count()))
             archs, error = tuple(torch.cuda.get_arch_list()), probe_kernels()
         warned = [str(w.message) for w in caught if any(p in str(w.message) for p in NO_KERNEL)]
-        error = error or (first_line(warned[0]) if warned else None)
+        error = error or (printable(warned[0]) if warned else None)
     return TorchBuild(torch.__version__, version_tuple(torch.version.cuda), getattr(torch.version, "hip", None),
                       available, bool(mps and mps.is_available()), archs, caps, error)
 
@@ -408,33 +375,31 @@ def describe_smi(smi, lang: str = "en") -> str:
     if isinstance(smi, SmiFailure):
         why = smi.message if smi.code is None else t["exit_code"].format(code=smi.code, message=smi.message)
         return t["smi_failure"].format(why=why)
-    gpus = [t["cap"].format(gpu=g, cap=dotted(c)) for g, c in zip(smi.gpus, smi.caps)] or list(smi.gpus)
+    gpus = [gpu_label(gpu, cap, t) for gpu, cap in zip_longest(smi.gpus, smi.caps)]
     cuda = t["supports"].format(cuda=dotted(smi.cuda)) if smi.cuda else t["cuda_not_shown"]
     caps = "" if smi.caps else t["no_caps"]
-    return t["smi"].format(gpus=summarise(gpus, lang=lang), driver=smi.driver, cuda=cuda, caps=caps)
+    return t["smi"].format(gpus=summarise(gpus, t), driver=smi.driver, cuda=cuda, caps=caps)
 
 
 def describe_devices(lang: str = "en") -> str:
     """The devices torch can use now, e.g. ``cpu (8 threads), cuda:0 (NVIDIA GeForce RTX 3060, 6.0 GiB)``."""
-    names = [texts(lang)["threads"].format(n=torch.get_num_threads())]
+    t = texts(lang)
+    names = [t["threads"].format(n=torch.get_num_threads())]
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
             names.append(f"cuda:{i} ({p.name}, {p.total_memory / 2**30:.1f} GiB)")
     elif best_accelerator() is not None:
         names.append(str(best_accelerator()))
-    return summarise(names, shown=4, lang=lang)
+    return summarise(names, t, shown=4)
 
 
 WARMUP_STEPS = 3  # untimed: the first steps pay one-off costs (memory, kernel choice, on a GPU its start-up)
 
 
 def training_speed(device, batch_size: int = 64, steps: int = 10, repeat: int = 5) -> float:
-    """Images/s of Tudui training steps on ``device`` (random data).
-
-    ``WARMUP_STEPS`` untimed steps first, then the median of ``repeat`` timings of ``steps`` steps each:
-    one-off costs would otherwise dominate a measurement this short.
-    """
+    """Images/s of Tudui training steps on ``device`` (random data): the median of ``repeat`` timings of ``steps``
+    steps, after ``WARMUP_STEPS`` untimed ones (one-off costs would otherwise dominate a measurement this short)."""
     model = Tudui().to(device)
     x = torch.rand(batch_size, 3, 32, 32, device=device)
     y = torch.randint(0, 10, (batch_size,), device=device)
@@ -451,20 +416,10 @@ def training_speed(device, batch_size: int = 64, steps: int = 10, repeat: int = 
     return batch_size * steps / measure(lambda: train_steps(steps), device, repeat=repeat, warmup=0).median
 
 
-def speed_lines(accelerator, steps: int, lang: str = "en") -> list:
-    t, cpu = texts(lang), training_speed("cpu", steps=steps)
-    lines = [t["speed_cpu"].format(speed=cpu)]
-    if accelerator is not None:
-        acc = training_speed(accelerator, steps=steps)
-        lines.append(t["speed_gpu"].format(device=accelerator, speed=acc, ratio=acc / cpu))
-    return lines
-
-
 def run(steps: int = 10, lang: str = "en") -> None:
     """Print the diagnosis: torch build, nvidia-smi, devices, measured speed, and what to do.
 
-    steps: training steps per timed measurement (the median of 5 after a warm-up, on each device);
-    lang: the language it prints in, "en" or "zh" (the notebook's or the command line's ``--lang``).
+    steps: training steps per timed measurement on each device; lang: "en" or "zh" (the notebook's or ``--lang``).
     """
     t = texts(lang)
     build, smi = torch_build(), read_nvidia_smi()
@@ -477,8 +432,11 @@ def run(steps: int = 10, lang: str = "en") -> None:
     if build.cuda_available:
         ran = t["kernels_failed"].format(error=build.kernel_error) if build.kernel_error else t["kernels_ran"]
         print(t["report_kernels"].format(result=ran))
-    for line in speed_lines(accelerator, steps, lang):
-        print(line)
+    cpu = training_speed("cpu", steps=steps)
+    print(t["speed_cpu"].format(speed=cpu))
+    if accelerator is not None:
+        speed = training_speed(accelerator, steps=steps)
+        print(t["speed_gpu"].format(device=accelerator, speed=speed, ratio=speed / cpu))
     advice = advise(build, smi, platform.system(), platform.machine(), os.environ.get("CUDA_VISIBLE_DEVICES"), lang)
     print(f"\n{advice.summary}")
     for line in advice.steps:
