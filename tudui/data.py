@@ -1,18 +1,15 @@
 """CIFAR-10 as the course loads it (or its synthetic stand-in, see synthetic.py), and DataLoaders."""
-from __future__ import annotations
-
 import numbers
 import os
 import socket
 import sys
-from contextlib import contextmanager
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 from torchvision.datasets import CIFAR10
 from torchvision.transforms import ToTensor
 
-from .synthetic import CLASSES, IMAGES_PER_SPLIT, SyntheticCIFAR10
+from .synthetic import CLASSES, SyntheticCIFAR10
 
 SOURCES = ("auto", "cifar10", "synthetic")
 DOWNLOAD_TIMEOUT_S = 30  # a firewall that drops packets would otherwise stall the download for minutes
@@ -37,21 +34,9 @@ def cifar10_on_disk(root="data") -> bool:
     return all(os.path.isfile(os.path.join(folder, name)) for name in names)
 
 
-@contextmanager
-def _socket_timeout(seconds):
-    """Give up on a network read or connect that waits longer than ``seconds`` (restored afterwards)."""
-    before = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(seconds)
-    try:
-        yield
-    finally:
-        socket.setdefaulttimeout(before)
-
-
 def _load_real(train: bool, root: str):
     """Real CIFAR-10 from ``root``, downloading it when it is not there; a DataError says why not."""
     folder = os.path.join(root, CIFAR10.base_folder)
-    split = "train" if train else "test"
     if os.path.isdir(folder) and not os.access(folder, os.R_OK | os.X_OK):
         raise DataError(f"cannot read {folder!r}: permission denied; fix its permissions or choose another root")
     try:
@@ -60,46 +45,45 @@ def _load_real(train: bool, root: str):
         raise DataError(f"cannot read {exc.filename!r}: permission denied; fix its permissions") from None
     except RuntimeError:  # a file is missing or fails its checksum: download (or re-extract the archive)
         damaged = os.path.isdir(folder)
+    before = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)  # only while downloading; restored below
     try:
-        with _socket_timeout(DOWNLOAD_TIMEOUT_S):
-            return CIFAR10(root, train=train, transform=ToTensor(), download=True)
+        return CIFAR10(root, train=train, transform=ToTensor(), download=True)
     except Exception as exc:  # no network, a timeout, disk full, a bad archive ...
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    finally:
+        socket.setdefaulttimeout(before)
     if damaged:
         raise DataError(f"CIFAR-10 in {folder!r} is incomplete or damaged (a file is missing or fails its "
                         f"checksum) and a fresh copy could not be downloaded ({reason}); delete that folder "
                         f"and download again, or extract cifar-10-python.tar.gz into {root!r} again")
-    raise DataError(f"CIFAR-10 ({split}) is not in {os.path.abspath(root)!r} and could not be downloaded "
-                    f"({reason}); download cifar-10-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html "
-                    f"and extract it into {root!r}")
+    raise DataError(f"CIFAR-10 ({'train' if train else 'test'}) is not in {os.path.abspath(root)!r} and could not be "
+                    f"downloaded ({reason}); download cifar-10-python.tar.gz from "
+                    f"https://www.cs.toronto.edu/~kriz/cifar.html and extract it into {root!r}")
 
 
 def cifar10(train=True, root="data", source=None, limit=None, seed=0):
     """CIFAR-10 with ``ToTensor()``, the course's preprocessing.
 
-    source: ``"auto"`` (real CIFAR-10 from ``root``, downloading it if needed,
-    else the synthetic stand-in, said in one line), ``"cifar10"`` (the real set
-    or a DataError), ``"synthetic"`` (the stand-in). Default: $TUDUI_DATA or auto.
-    limit: keep only the first ``limit`` images (a deterministic subset; at most the whole split).
+    source: ``"auto"`` (real CIFAR-10 from ``root``, downloading it if needed, else the synthetic
+    stand-in, said in one line), ``"cifar10"`` (the real set or a DataError), ``"synthetic"``.
+    Default: $TUDUI_DATA or auto. limit: only the first ``limit`` images (at most the whole split).
     """
     source = default_source() if source is None else source
     if source not in SOURCES:
         raise DataError(f"unknown data source {source!r}; use one of {', '.join(SOURCES)}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 1):
         raise DataError(f"limit must be a positive whole number of images, got {limit!r}")
-    split = "train" if train else "test"
-    size = IMAGES_PER_SPLIT[split] if limit is None else min(int(limit), IMAGES_PER_SPLIT[split])
-    if source == "synthetic":
-        return SyntheticCIFAR10(train, transform=ToTensor(), size=size, seed=seed)
-    try:
-        ds = _load_real(train, root)
-    except DataError as exc:
-        if source == "cifar10":
-            raise
-        print(f"{exc}: using the synthetic stand-in for the {split} set", file=sys.stderr)
-        return SyntheticCIFAR10(train, transform=ToTensor(), size=size, seed=seed)
-    ds.data, ds.targets = ds.data[:size], ds.targets[:size]
-    return ds
+    if source != "synthetic":
+        try:
+            ds = _load_real(train, root)
+            ds.data, ds.targets = ds.data[:limit], ds.targets[:limit]
+            return ds
+        except DataError as exc:
+            if source == "cifar10":
+                raise
+            print(f"{exc}: using the synthetic stand-in for the {'train' if train else 'test'} set", file=sys.stderr)
+    return SyntheticCIFAR10(train, transform=ToTensor(), size=limit, seed=seed)
 
 
 def is_synthetic(dataset) -> bool:
@@ -129,11 +113,10 @@ def loaders(train_set, test_set, batch_size=64, device="cpu", num_workers=None, 
             distributed=False, seed=0):
     """Train and test DataLoaders with settings that suit ``device``.
 
-    pin_memory for CUDA (page-locked memory lets copies overlap compute); workers only where there are cores to spare. The train order comes from a
-    DistributedSampler (of one process, unless ``distributed``): it shuffles by (seed, epoch), so
-    call ``train_loader.sampler.set_epoch(epoch)`` before each epoch, as :func:`tudui.fit` does; a
-    resumed run then sees the batches of an uninterrupted one.
-    ``distributed``: under torchrun each process reads its own share (the sampler asks torch.distributed).
+    pin_memory for CUDA (page-locked memory lets copies overlap compute); workers only where there are
+    cores to spare. The train sampler shuffles by (seed, epoch): call ``train_loader.sampler.set_epoch(epoch)``
+    before each epoch, as :func:`tudui.fit` does, and a resumed run sees the batches of an uninterrupted one.
+    ``distributed``: under torchrun each process reads its own share (the samplers ask torch.distributed).
     """
     workers = default_num_workers() if num_workers is None else num_workers
     one_process = {} if distributed else {"num_replicas": 1, "rank": 0}

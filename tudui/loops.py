@@ -1,6 +1,4 @@
 """The training and test loops of the lessons, with the device as a parameter (the ``.to(device)`` way)."""
-from __future__ import annotations
-
 import time
 from dataclasses import dataclass, field
 
@@ -12,9 +10,7 @@ from .distributed import sum_across_ranks
 
 def run_epoch(model, loader, loss_fn, device, optimizer=None, progress=True):
     """One pass over ``loader``: trains when given an optimizer, else only measures.
-
-    Returns the mean loss, the accuracy, images_per_s, seconds and the number of images.
-    """
+    Returns the mean loss, the accuracy, images_per_s, seconds and the number of images."""
     total_loss = torch.zeros((), device=device)  # sums stay on the device: no .item() per batch,
     correct = torch.zeros((), device=device)     # so the CPU never waits for the GPU inside the loop
     images = 0
@@ -78,11 +74,8 @@ class History:
 
 def fit(model, train_loader, test_loader, loss_fn, optimizer, device, epochs,
         start_epoch=0, on_epoch_end=None, progress=True, log=print, label=None):
-    """Train for epochs ``start_epoch+1 .. epochs``; returns a :class:`History`.
-
-    ``on_epoch_end(epoch, history)`` runs after each epoch (e.g. to save a checkpoint).
-    ``log`` gets one line per epoch; pass ``None`` for silence.
-    """
+    """Train for epochs ``start_epoch+1 .. epochs``; returns a :class:`History`. ``on_epoch_end(epoch, history)``
+    runs after each epoch (e.g. to save a checkpoint); ``log`` gets one line per epoch, ``None`` for silence."""
     history = History(label=label if label is not None else str(torch.device(device)))
     for epoch in range(start_epoch + 1, epochs + 1):
         for shuffler in (train_loader, getattr(train_loader, "sampler", None)):

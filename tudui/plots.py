@@ -1,6 +1,4 @@
 """Pictures a learner would rather look at than read."""
-from __future__ import annotations
-
 import torch
 
 from .data import CLASSES

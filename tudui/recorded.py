@@ -1,19 +1,7 @@
-"""What a GPU cell printed on a real GPU, shown (labelled as a recording) on a machine without one.
-
-A notebook cell that needs a GPU ends in one call in its ``else:`` branch::
-
-    if torch.cuda.is_available():
-        ...                                          # the lesson's lines, run live
-    else:
-        tudui.show_recorded("03-to-device", "assignment", "'cpu' without the assignment, 'cuda:0' with it")
-
-The recordings ship inside the package (``tudui/recordings/NN-name.json``, one entry per cell id),
-so a ``pip install`` of tudui shows them too; see the README in that folder for how they are made.
-The Chinese edition of a lesson (notebooks/zh/) has the same cell ids and passes ``lang="zh"``:
-one recording serves both editions.
-"""
-from __future__ import annotations
-
+"""What a GPU cell printed on a real GPU, shown (labelled as a recording) on a machine without one: the cell's
+``else:`` branch calls ``tudui.show_recorded("03-to-device", "assignment", "<what a GPU would show>")``.
+Recordings are package data (tudui/recordings/NN-name.json, one entry per cell id; the README there says how
+they are made); a lesson's Chinese edition has the same cell ids and passes ``lang="zh"``."""
 import json
 from importlib import resources
 

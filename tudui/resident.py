@@ -1,6 +1,4 @@
 """The fast path: the whole dataset as one tensor on the device, batches by index."""
-from __future__ import annotations
-
 import numbers
 from types import SimpleNamespace
 
@@ -34,17 +32,15 @@ class ResidentLoader:
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def set_epoch(self, epoch):
-        """Shuffle for epoch ``epoch``, as ``DistributedSampler.set_epoch`` does: the order depends on
-        (seed, epoch) alone, so a run resumed at epoch k sees the batches of an uninterrupted run.
-        Without it each pass draws the next permutation."""
+        """Shuffle as ``DistributedSampler.set_epoch`` does: by (seed, epoch) alone, so a run resumed at
+        epoch k sees the batches of an uninterrupted run. Without it each pass draws the next permutation."""
         self.generator.manual_seed(self.seed + epoch)
 
     def __iter__(self):
         n = len(self.targets)
         order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
         order = order.to(self.device)  # one small copy per epoch
-        for i in range(len(self)):
-            batch = order[i * self.batch_size:(i + 1) * self.batch_size]
+        for batch in order.split(self.batch_size)[:len(self)]:  # [:len(self)] drops a short last one if drop_last
             yield self.images[batch], self.targets[batch]
 
 
@@ -56,10 +52,8 @@ def _share(dataset):
 
 
 def resident_loaders(train_set, test_set, batch_size=64, device="cpu", distributed=False, seed=0):
-    """Train and test ResidentLoaders, the counterpart of :func:`tudui.loaders`.
-
-    ``distributed``: under torchrun each process keeps only its own share of each set on its device.
-    """
+    """Train and test ResidentLoaders, the counterpart of :func:`tudui.loaders`; ``distributed``: under
+    torchrun each process keeps only its own share of each set on its device."""
     if distributed:
         train_set, test_set = _share(train_set), _share(test_set)
     return (ResidentLoader(train_set, batch_size, device, shuffle=True, seed=seed),

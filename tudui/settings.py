@@ -1,6 +1,4 @@
 """Run settings for the lessons: quick on a CPU or in tests, the real thing on a GPU with real CIFAR-10."""
-from __future__ import annotations
-
 import os
 import sys
 from pathlib import Path
@@ -16,9 +14,8 @@ MODELSCOPE_WORKSPACE = Path("/mnt/workspace")  # the working folder of ModelScop
 def host() -> str | None:
     """Which notebook host runs this: "colab", "kaggle", "modelscope", or None anywhere else.
 
-    Colab loads its module ``google.colab`` into every notebook; a Kaggle notebook sets
-    $KAGGLE_KERNEL_RUN_TYPE and has /kaggle/working; ModelScope's notebooks (run by Alibaba's
-    PAI-DSW, which looks the same) work in /mnt/workspace.
+    Colab loads ``google.colab`` into every notebook; a Kaggle notebook sets $KAGGLE_KERNEL_RUN_TYPE and
+    has /kaggle/working; ModelScope's notebooks (Alibaba's PAI-DSW, which looks the same) work in /mnt/workspace.
     """
     if "google.colab" in sys.modules:
         return "colab"
@@ -32,10 +29,9 @@ def host() -> str | None:
 def quick_mode(root="data") -> bool:
     """Should a lesson train on a small subset for a couple of epochs?
 
-    $TUDUI_QUICK=1/0 decides when set. Otherwise full size only with an accelerator, and real
-    CIFAR-10 already in ``root`` or a cloud notebook (:func:`host`), which downloads it: a CPU epoch
-    of CIFAR-10 takes minutes, and a GPU machine without the data (offline, say) would train on
-    50,000 synthetic images for nothing.
+    $TUDUI_QUICK=1/0 decides when set. Otherwise full size only with an accelerator, and real CIFAR-10
+    already in ``root`` or a cloud notebook (:func:`host`), which downloads it: a CPU epoch of CIFAR-10
+    takes minutes, and a GPU machine without the data (offline, say) would train on 50,000 synthetic images.
     """
     raw = os.environ.get("TUDUI_QUICK", "")
     flag = raw.strip().lower()

@@ -1,13 +1,9 @@
 """A synthetic stand-in for CIFAR-10: the lessons and tests run anywhere, offline, in seconds."""
-from __future__ import annotations
-
 import numpy as np
 import torchvision
 from PIL import Image
 
-CLASSES = ["airplane", "automobile", "bird", "cat", "deer",
-           "dog", "frog", "horse", "ship", "truck"]
-IMAGES_PER_SPLIT = {"train": 50_000, "test": 10_000}  # CIFAR-10's sizes
+CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
 
 class SyntheticCIFAR10(torchvision.datasets.VisionDataset):
@@ -24,8 +20,8 @@ class SyntheticCIFAR10(torchvision.datasets.VisionDataset):
     def __init__(self, train=True, transform=None, target_transform=None, size=None, seed=0):
         super().__init__(root="synthetic", transform=transform, target_transform=target_transform)
         self.train = train
-        full = IMAGES_PER_SPLIT["train" if train else "test"]
-        n = full if size is None else min(size, full)  # never more than CIFAR-10 has
+        full = 50_000 if train else 10_000  # CIFAR-10's sizes: never more
+        n = full if size is None else min(size, full)
         self.data, self.targets = _synthetic_images(n, seed, split=0 if train else 1)
 
     def __len__(self):

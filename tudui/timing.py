@@ -1,6 +1,4 @@
 """Timing work honestly on any device: warm up, synchronise, take turns, take the median (notebook 07)."""
-from __future__ import annotations
-
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -28,21 +26,11 @@ class Timing:
 
 
 def measure(fn, device="cpu", repeat=5, warmup=1) -> Timing:
-    """Time ``fn()`` on ``device``: ``warmup`` untimed calls, then ``repeat`` timed ones.
-
-    GPU work is asynchronous: the Python call returns before the kernels run,
-    so we synchronise before starting and before stopping the clock.
-    """
+    """Time ``fn()`` on ``device``: ``warmup`` untimed calls, then ``repeat`` timed ones. GPU work is
+    asynchronous (the call returns before the kernels run): each timed call is inside a :class:`Stopwatch`."""
     if repeat < 1 or warmup < 0:
         raise ValueError(f"measure needs repeat >= 1 and warmup >= 0, got repeat={repeat}, warmup={warmup}")
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        with Stopwatch(device) as sw:
-            fn()
-        times.append(sw.seconds)
-    return Timing(times)
+    return Timing(interleaved({"fn": fn}, device, rounds=repeat, warmup=warmup)["fn"])  # one run taking turns
 
 
 class Stopwatch:
