@@ -1,9 +1,6 @@
 """The tool: ``python -m tudui doctor | train | predict``, with one error boundary (:func:`main`).
-
 Only ``python -m tudui`` and the ``tudui`` script import this package; ``import tudui`` does not.
 """
-from __future__ import annotations
-
 import argparse
 import math
 import os
@@ -38,7 +35,8 @@ def _number(kind, low, high):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a {'whole ' if kind is int else ''}number") from None
+            whole = "whole " if kind is int else ""
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a {whole}number") from None
         if not (math.isfinite(value) and low <= value <= high):
             raise argparse.ArgumentTypeError(f"must be between {low:g} and {high:g}, got {text[:40]}")
         return value
@@ -48,10 +46,8 @@ def _number(kind, low, high):
 def build_parser():
     p = Parser(prog="python -m tudui", description="Train the course's Tudui CIFAR-10 network on any device.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
-
     d = sub.add_parser("doctor", help="report devices and measure training speed on each")
     d.add_argument("--lang", choices=("en", "zh"), default="en", help="the language it prints in (default: en)")
-
     t = sub.add_parser("train", help="train Tudui, saving a checkpoint each epoch")
     t.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, mps, xpu (default: auto)")
     t.add_argument("--epochs", type=_number(int, 1, 10_000), default=10)
@@ -69,7 +65,6 @@ def build_parser():
     t.add_argument("--force", action="store_true", help="overwrite an existing --checkpoint (without --resume)")
     t.add_argument("--seed", type=_number(int, 0, 2**63 - 1), default=0)
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
-
     r = sub.add_parser("predict", help="classify images with a trained checkpoint")
     r.add_argument("--checkpoint", required=True, help="our checkpoint, a state_dict or the course's tudui_N.pth")
     r.add_argument("--device", default="auto")
@@ -90,26 +85,22 @@ def _one_line(exc, limit=300) -> str:
 def main(argv=None) -> int:
     """Run one command; every failure ends in one line on stderr and an exit code (2 usage, 1 bug,
     130 Ctrl-C or SIGTERM)."""
-    with console():
-        return _run(argv)
-
-
-def _run(argv) -> int:
     args = None
-    try:
-        args = build_parser().parse_args(argv)
-        {"doctor": diagnose, "train": train, "predict": predict}[args.command](args)
-    except KNOWN_ERRORS as exc:
-        print(f"tudui: error: {_one_line(exc)}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:  # a checkpoint there now was saved by this run or was there before: it is whole
-        kept = getattr(args, "command", None) == "train" and os.path.isfile(args.checkpoint)
-        print("tudui: interrupted" + (" (the last saved checkpoint is intact)" if kept else ""), file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as exc:
-        if os.environ.get("TUDUI_DEBUG") == "1":
-            traceback.print_exc()
-        print(f"tudui: internal error ({type(exc).__name__}: {_one_line(exc, 160)}); this is a bug, please "
-              f"report it at {ISSUES} (TUDUI_DEBUG=1 shows the traceback)", file=sys.stderr)
-        return EXIT_BUG
+    with console():
+        try:
+            args = build_parser().parse_args(argv)
+            {"doctor": diagnose, "train": train, "predict": predict}[args.command](args)
+        except KNOWN_ERRORS as exc:
+            print(f"tudui: error: {_one_line(exc)}", file=sys.stderr)
+            return EXIT_USAGE
+        except KeyboardInterrupt:  # a checkpoint there now was saved by this run or was there before: it is whole
+            kept = getattr(args, "command", None) == "train" and os.path.isfile(args.checkpoint)
+            print("tudui: interrupted" + (" (the last saved checkpoint is intact)" if kept else ""), file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except Exception as exc:
+            if os.environ.get("TUDUI_DEBUG") == "1":
+                traceback.print_exc()
+            print(f"tudui: internal error ({type(exc).__name__}: {_one_line(exc, 160)}); this is a bug, "
+                  f"please report it at {ISSUES} (TUDUI_DEBUG=1 shows the traceback)", file=sys.stderr)
+            return EXIT_BUG
     return 0

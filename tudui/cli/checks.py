@@ -1,12 +1,7 @@
-"""What the tool checks in a file before the lessons' loader reads it, and in what the loader returns.
-
-Before: the path is a regular file, in torch's zip format, and asks for no more memory than a Tudui
-checkpoint needs (declared member sizes against the model's shapes; the pickle's calls read, never
-run). After: every tensor is a plain dense tensor with finite values, and optimizer groups are exactly
-what this run builds. Nothing from the file is called or compared before its type is checked.
-"""
-from __future__ import annotations
-
+"""What the tool checks before the lessons' loader reads a file (a regular file in torch's zip format, asking
+no more memory than a Tudui checkpoint needs; its pickle read, never run) and in what the loader returns (plain
+finite tensors; optimizer groups exactly as this run builds them). Nothing from the file is called or compared
+before its type is checked."""
 import math
 import os
 import pickletools
@@ -27,15 +22,15 @@ PLAIN = (bool, int, float, str, type(None))
 _MARK = object()
 
 
-def regular_file(path, what):
+def regular_file(path, what, error=CheckpointError):
     """``path`` names a regular file (a pipe, a device or a link loop would block or mislead the reader)."""
     try:
         mode = os.stat(path).st_mode
     except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{path!r}: cannot open the {what}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise error(f"{path!r}: cannot open the {what}: {getattr(exc, 'strerror', None) or exc}") from None
     if not stat.S_ISREG(mode):
         kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a pipe or a device?)"
-        raise CheckpointError(f"{path!r} is {kind}, not {'an' if what[0] in 'aeiou' else 'a'} {what} file")
+        raise error(f"{path!r} is {kind}, not {'an' if what[0] in 'aeiou' else 'a'} {what} file")
 
 
 def _budget():
@@ -48,6 +43,7 @@ def _budget():
 def check_archive(path):
     """Refuse a file that is not torch's zip format (saying what it is) or that declares too much data."""
     regular_file(path, "checkpoint")
+    one, total = _budget()
     try:
         with open(path, "rb") as f:
             head = f.read(len(LEGACY_MAGIC))
@@ -57,7 +53,11 @@ def check_archive(path):
             if any(m.filename.endswith("/constants.pkl") for m in members):
                 raise CheckpointError(f"{path!r} is a TorchScript file (torch.jit.save); save "
                                       "model.state_dict() with torch.save instead")
-            _check_sizes(path, members, pickles)
+            storages = [m.file_size for m in members if "/data/" in m.filename]
+            if len(pickles) != 1 or pickles[0].file_size > MAX_PICKLE_BYTES or max(storages, default=0) > one \
+                    or sum(storages) > total:
+                raise CheckpointError(f"{path!r}: refused: it declares {sum(m.file_size for m in members):,} bytes "
+                                      f"of data, more than a Tudui checkpoint holds ({total:,} at most)")
             pickled = archive.read(pickles[0])
         if pickled[:1] == b"\x80" and pickled[1:2] > b"\x03":  # torch's safe loader reads protocols 2 and 3
             raise CheckpointError(f"{path!r} was saved with pickle_protocol={pickled[1]}, which torch's safe loader "
@@ -71,16 +71,6 @@ def check_archive(path):
                               "writes: truncated, or another kind of file?)") from None
     except OSError as exc:
         raise CheckpointError(f"{path!r}: cannot read the checkpoint: {exc.strerror or exc}") from None
-
-
-def _check_sizes(path, members, pickles):
-    one, total = _budget()
-    storages = [m.file_size for m in members if "/data/" in m.filename]
-    if len(pickles) != 1 or pickles[0].file_size > MAX_PICKLE_BYTES or max(storages, default=0) > one \
-            or sum(storages) > total:
-        asked = sum(m.file_size for m in members)
-        raise CheckpointError(f"{path!r}: refused: it declares {asked:,} bytes of data, more than a Tudui "
-                              f"checkpoint holds ({total:,} at most)")
 
 
 def _check_calls(path, data):
@@ -162,8 +152,7 @@ def check_optimizer(saved, optimizer, path):
     if type(saved) is not dict or type(saved.get("param_groups")) is not list or type(saved.get("state")) is not dict:
         raise bad
     ours = optimizer.state_dict()["param_groups"]
-    groups = saved["param_groups"]
-    if len(groups) != len(ours) or not all(map(_same_group, groups, ours)):
+    if len(saved["param_groups"]) != len(ours) or not all(map(_same_group, saved["param_groups"], ours)):
         raise bad
     params = [p for group in optimizer.param_groups for p in group["params"]]
     for i, entry in saved["state"].items():

@@ -1,13 +1,6 @@
-"""The console of a command: output that never fails it, and interrupts that always reach it.
-
-Output: what the console cannot show is printed escaped (a GBK file name, Chinese on an ASCII console),
-and a reader that goes away (``| head -1``, a full disk) silences the rest instead of failing the run.
-Interrupts: SIGTERM (``docker stop``, Kaggle, Colab) ends a run as Ctrl-C does, and a Ctrl-C that lands
-where Python ignores exceptions (while DataLoader workers start) is remembered and raised at the next
-:func:`raise_if_interrupted`.
+"""The console of a command: output that never fails it (what cannot be shown is escaped; a reader that goes
+away silences the rest), and SIGTERM (``docker stop``, Kaggle, Colab) ends a run as Ctrl-C does.
 """
-from __future__ import annotations
-
 import contextlib
 import os
 import signal
@@ -24,13 +17,13 @@ class NeverFails:
     def __init__(self, stream):
         self.stream = stream
         with contextlib.suppress(AttributeError, ValueError, OSError):
-            stream.reconfigure(errors="backslashreplace")
+            stream.reconfigure(errors="backslashreplace")  # a GBK file name, Chinese on an ASCII console
 
     def write(self, text):
         try:
             self.stream.write(text)
             self.stream.flush()
-        except (OSError, ValueError):  # a closed pipe, a full disk, a closed file
+        except (OSError, ValueError):  # a closed pipe (``| head -1``), a full disk, a closed file
             with contextlib.suppress(AttributeError, ValueError, OSError):
                 os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())  # so the exit's flush succeeds
         return len(text)
@@ -49,7 +42,8 @@ def _interrupt(signum, frame):
 
 
 def raise_if_interrupted():
-    """Raise the KeyboardInterrupt of a signal that came during this command, if something swallowed it."""
+    """Raise the KeyboardInterrupt of a signal that something swallowed during this command (a Ctrl-C that
+    lands where Python ignores exceptions, as while DataLoader workers start)."""
     if _pending:
         raise KeyboardInterrupt
 
@@ -74,19 +68,11 @@ def console():
 def quiet():
     """Hold back what loading a file prints besides our one line: Python warnings (torch, Pillow) and what
     C libraries such as libtiff write to the stderr file descriptor."""
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), contextlib.ExitStack() as restore:
         warnings.simplefilter("ignore")
-        try:
-            saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-        except OSError:  # no stderr at all: nothing to hold back
-            saved = None
-        if saved is None:
-            yield
-            return
-        os.dup2(null, 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            os.close(null)
+        with contextlib.suppress(OSError), open(os.devnull, "wb") as null:  # no stderr: nothing to hold back
+            saved = os.dup(2)
+            restore.callback(os.close, saved)
+            restore.callback(os.dup2, saved, 2)
+            os.dup2(null.fileno(), 2)
+        yield

@@ -1,12 +1,9 @@
 """``python -m tudui predict``: classify image files with a trained checkpoint."""
-from __future__ import annotations
-
 import warnings
 
 import torch
 
 from .. import checkpoint, data, device
-from ..checkpoint import CheckpointError
 from . import checks
 from .console import quiet
 from .training import UsageError
@@ -16,11 +13,7 @@ def open_image(path):
     """``path`` as an 8-bit RGB image, turned as its EXIF orientation says (phone photos); a UsageError if not."""
     import numpy as np
     from PIL import Image, ImageOps
-
-    try:
-        checks.regular_file(path, "image")
-    except CheckpointError as exc:
-        raise UsageError(str(exc)) from None
+    checks.regular_file(path, "image", UsageError)
     try:
         with quiet():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -40,7 +33,6 @@ def open_image(path):
 
 def predict(args):
     from torchvision import transforms
-
     dev = device.pick_device(args.device)
     checks.read_checked(args.checkpoint)
     with quiet():

@@ -1,17 +1,11 @@
-"""``python -m tudui train``: the lessons' training, with the checks a tool owes its user.
-
-Before training: the checkpoint path can be written, and an existing file is continued or
-overwritten only on request. While training: one lock per checkpoint (``filelock``: the system
-releases it when a process dies, on every platform), so two trainings never write the same file.
-On resume: the file must come from the same settings, and its optimizer state must be what this run
-builds; torch's ``load_state_dict`` checks names and shapes, the rest is checked here.
+"""``python -m tudui train``: the lessons' training, with the checks a tool owes its user: a writable
+checkpoint path, continued or overwritten only on request, one lock per checkpoint, and a resume only
+from the same settings and an optimizer state that is what this run builds.
 """
-from __future__ import annotations
-
 import contextlib
 import gc
-import glob
 import os
+import pathlib
 
 import torch
 from filelock import FileLock, Timeout
@@ -32,7 +26,6 @@ class UsageError(Exception):
 
 def check_target(path) -> str:
     """The real file a checkpoint for ``path`` goes to (links resolved), or a CheckpointError saying why not."""
-    path = os.fspath(path)
     if not path.strip() or path.endswith(("/", os.sep)):
         raise CheckpointError(f"checkpoint path {path!r} names no file; give a file name such as tudui.pth")
     size = len(os.fsencode(os.path.basename(path)))
@@ -54,35 +47,28 @@ def check_target(path) -> str:
     return real
 
 
-def lock_path(real) -> str:
-    """``<checkpoint>.lock``; for a name too long to take the suffix, a short name made from it."""
-    name = os.path.basename(real) + ".lock"
-    if len(os.fsencode(name)) > 255:  # the longest file name most file systems allow, in bytes
-        name = checkpoint.temp_prefix(real) + "lock"
-    return os.path.join(os.path.dirname(real), name)
-
-
 @contextlib.contextmanager
 def exclusive(path):
     """Hold ``<checkpoint>.lock`` while training writes ``path``; clean up temp files of killed saves.
-
-    The lock is the system's (``filelock``): it ends with the process that holds it, however it ends.
-    """
+    The lock is the system's (``filelock``): it ends with the process that holds it, however it ends."""
     real = check_target(path)
-    lock = FileLock(lock_path(real), timeout=0, fallback_to_soft=False)  # a soft lock would outlive a killed run
+    name = os.path.basename(real) + ".lock"
+    if len(os.fsencode(name)) > 255:  # the longest file name most file systems allow, in bytes
+        name = checkpoint.temp_prefix(real) + "lock"
+    # a soft lock would outlive a killed run
+    lock = FileLock(os.path.join(os.path.dirname(real), name), timeout=0, fallback_to_soft=False)
     try:
         lock.acquire()
     except Timeout:
-        raise CheckpointError(f"another training is writing {os.fspath(path)!r} (it holds {lock.lock_file!r}); "
+        raise CheckpointError(f"another training is writing {path!r} (it holds {lock.lock_file!r}); "
                               "wait for it to finish, or choose another --checkpoint") from None
     except OSError as exc:
         raise CheckpointError(f"cannot create the lock file beside the checkpoint ({exc.strerror or exc}): "
                               f"{lock.lock_file[:100]!r}; choose another --checkpoint") from None
     try:
-        for orphan in glob.glob(os.path.join(glob.escape(os.path.dirname(real)),
-                                             glob.escape(checkpoint.temp_prefix(real)) + "*.tmp")):
+        for orphan in pathlib.Path(real).parent.glob(checkpoint.temp_prefix(real) + "*.tmp"):
             with contextlib.suppress(OSError):
-                os.unlink(orphan)
+                orphan.unlink()
         yield real
     finally:
         lock.release()  # the empty lock file stays: deleting it would let two trainings lock two files
@@ -92,9 +78,9 @@ def check_checkpoint_path(args):
     """Before any training: the checkpoint can be written, and is resumed or overwritten only on request."""
     check_target(args.checkpoint)
     exists = os.path.isfile(args.checkpoint)
-    if args.resume and not exists and os.path.lexists(args.checkpoint):  # a link loop, a pipe ...
-        checks.regular_file(args.checkpoint, "checkpoint")
     if args.resume and not exists:
+        if os.path.lexists(args.checkpoint):  # a link loop, a pipe ...
+            checks.regular_file(args.checkpoint, "checkpoint")
         raise UsageError(f"--resume: no checkpoint at {args.checkpoint!r}; train without --resume first")
     if exists and not args.resume and not args.force:
         raise UsageError(f"{args.checkpoint!r} already exists; continue it with --resume, "
@@ -146,18 +132,17 @@ def workers_note(recorded, workers):
     if type(before) is int and (before > 0) != (workers > 0):
         return (f"note: the checkpoint was trained with {before} DataLoader workers, this run uses {workers}: the "
                 "batches are the same but the results will differ slightly from an uninterrupted run")
-    return None
 
 
-def _announce(log, ctx, args, train_set, start, note):
+def _announce(ctx, args, train_set, start, note):
     procs = f", {ctx.world_size} processes ({ctx.backend})" if ctx.distributed else ""
-    log(f"device: {ctx.device}{procs}; data: {data.describe_data(train_set)}; loader: {args.loader}")
+    print(f"device: {ctx.device}{procs}; data: {data.describe_data(train_set)}; loader: {args.loader}")
     if note:
-        log(note)
+        print(note)
     if start:
-        log(f"resuming after epoch {start} from {args.checkpoint}")
+        print(f"resuming after epoch {start} from {args.checkpoint}")
     if start >= args.epochs:
-        log(f"already trained for {start} epochs; nothing to do (raise --epochs)")
+        print(f"already trained for {start} epochs; nothing to do (raise --epochs)")
 
 
 def _run_training(args, ctx):
@@ -176,9 +161,8 @@ def _run_training(args, ctx):
     train_loader, test_loader = make(train_set, test_set, args.batch_size, ctx.device,
                                      distributed=ctx.distributed, seed=args.seed)
     settings["workers"] = getattr(train_loader, "num_workers", 0)  # resident loaders have none
-    log = print if ctx.is_main else None
-    if log:
-        _announce(log, ctx, args, train_set, start, workers_note(recorded, settings["workers"]))
+    if ctx.is_main:
+        _announce(ctx, args, train_set, start, workers_note(recorded, settings["workers"]))
     lines = []  # the epoch's line is printed once the epoch is saved
 
     def save(epoch, history):
@@ -192,8 +176,8 @@ def _run_training(args, ctx):
     loops.fit(model, train_loader, test_loader, torch.nn.CrossEntropyLoss(), optimizer, ctx.device,
               args.epochs, start_epoch=start, on_epoch_end=save,
               progress=ctx.is_main and not args.no_progress, log=lines.append)
-    if log and start < args.epochs:
-        log(f"saved {args.checkpoint}")
+    if ctx.is_main and start < args.epochs:
+        print(f"saved {args.checkpoint}")
 
 
 def train(args):
