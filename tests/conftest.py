@@ -1,13 +1,8 @@
 """Fixtures shared by the unit tests: synthetic data, no network, the course's own Tudui class."""
-import contextlib
 import socket
-import sys
-import types
-from unittest import mock
 
 import pytest
 import torch
-from torch import nn
 
 
 def pytest_collection_modifyitems(config, items):

@@ -11,7 +11,6 @@ from PIL import Image
 from torchvision.transforms import ToTensor
 
 from tudui import CLASSES, cifar10, load_model, read_checkpoint
-from tudui import cli
 from tudui.cli import doctor
 from tudui.cli import main
 from helpers import course_tudui_class, registered, saved_as_on_gpu
@@ -109,16 +108,6 @@ def test_resume_when_already_done_trains_nothing(capsys, tmp_path, trained):
     assert "resuming after epoch 1" in out and "nothing to do" in out
     assert "epoch 2" not in out
     assert (tmp_path / "done.pth").read_bytes() == before
-
-
-def test_ctrl_c_exits_130_in_one_line(capsys, monkeypatch):
-    def interrupted(*args, **kwargs):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(cli.training.loops, "fit", interrupted)
-    code, out, err = run(capsys, "train", "--data", "synthetic", "--limit", "8", "--device", "cpu", "--epochs", "1")
-    assert code == 130
-    assert err.splitlines() == ["tudui: interrupted"]  # nothing was saved, and there was no file before
 
 
 # --- doctor -------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ import os
 import pickle
 import signal
 import socket
-import stat
 import struct
 import subprocess
 import sys
@@ -590,9 +589,7 @@ def test_tudui_data_invalid_is_a_usage_error(capsys, here, monkeypatch):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_device_cuda_here_gives_this_machines_reason(capsys, here):
     line = fails_in_one_line(capsys, TRAIN + ["--device", "cuda", "--epochs", "1", "--checkpoint", "new.pth"])
-    built = torch.version.cuda is not None
-    assert ("no NVIDIA driver or no GPU" in line) == built and ("built without CUDA" in line) != built
-    assert not os.path.exists("new.pth")
+    assert "cannot use cuda" in line and not os.path.exists("new.pth")  # each reason: tests/test_device.py
 
 
 # --- names a learner uses -----------------------------------------------------------------------------------
@@ -615,7 +612,7 @@ def test_wrapped_models_keys_get_a_hint(capsys, here, prefix):
 
 def special_files(here):
     """Paths that would block or mislead a reader, all inside ``here`` (links to system files are only read)."""
-    made = {"loop": "a link loop"}
+    made = {"loop": "Too many levels of symbolic links"}
     os.symlink("loop", here / "loop")
     os.symlink("/dev/zero", here / "zero")
     made["zero"] = "not a regular file"
@@ -638,9 +635,7 @@ def test_pipes_devices_and_link_loops_never_hang(capsys, here, role):
                 "image": ["predict", "--checkpoint", "ck.pth", name],
                 "resume": TRAIN + ["--epochs", "2", "--resume", "--checkpoint", name]}[role]
         line = fails_in_one_line(capsys, argv)
-        assert name in line and ("not a regular file" in line or "Too many levels" in line
-                                 or "a link loop" in line or "does not exist" in line), line
-    assert stat.S_ISCHR(os.stat("/dev/zero").st_mode)
+        assert f"{name}'" in line and says in line, line
 
 
 @pytest.mark.parametrize("save, says", [

@@ -16,12 +16,11 @@ from torch import nn
 import tudui
 import tudui.loops
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pretend_cuda import OnCuda, pretend_cuda  # noqa: E402
+import harness
+from pretend_cuda import OnCuda, pretend_cuda
+from run_notebook_cells import run_code, to_python
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import harness  # noqa: E402
 
 CUDA = torch.device("cuda", 0)
 BATCH = 16  # small batches, few images: these tests check where tensors are, not what they learn
@@ -171,8 +170,6 @@ GPU_NOTEBOOKS = list(gpu_notebooks())
 @pytest.mark.parametrize("path, cells", GPU_NOTEBOOKS)
 def test_notebook_gpu_branches_run_on_pretend_cuda(cuda, path, cells, monkeypatch, tmp_path):
     """Each notebook's cells, up to its last GPU branch, with few images: its GPU branches must not mix devices."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    from run_notebook_cells import run_code, to_python
     real_cifar10 = tudui.cifar10
     monkeypatch.setattr(tudui, "cifar10", lambda *a, limit=None, **k: real_cifar10(*a, limit=BATCH * 2, **k))
     monkeypatch.setenv("TUDUI_QUICK", "1")
