@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 import torch
+from helpers import fails_in_one_line
 
 from tudui.cli import doctor, main
 from tudui.cli.doctor import NvidiaSmi, TorchBuild
@@ -69,6 +70,7 @@ WINDOWS = doctor.parse_nvidia_smi(WINDOWS_566_QUERY, WINDOWS_566_HEADER)
 LINUX = doctor.parse_nvidia_smi(LINUX_580_QUERY, LINUX_580_HEADER)
 OLD = doctor.parse_nvidia_smi(LINUX_470_QUERY, LINUX_470_HEADER)
 CUDA_12_4 = doctor.parse_nvidia_smi(WINDOWS_551_QUERY, WINDOWS_551_HEADER)
+GTX_780_440 = NvidiaSmi(("GeForce GTX 780",), "440.100", (10, 2))  # a driver too old for any build
 
 CPU_ONLY = TorchBuild("2.14.1+cpu", None, None, cuda_available=False)
 CPU_ONLY_PYPI = TorchBuild("2.14.1", None, None, cuda_available=False)
@@ -76,6 +78,7 @@ CU130_IDLE = TorchBuild("2.14.1+cu130", (13, 0), None, cuda_available=False)
 CU126_IDLE = TorchBuild("2.14.1+cu126", (12, 6), None, cuda_available=False)
 CU126_WORKING = TorchBuild("2.14.1+cu126", (12, 6), None, cuda_available=True)
 ROCM_IDLE = TorchBuild("2.14.1+rocm7.0", None, "7.0.51831", cuda_available=False)
+MAC_MPS = TorchBuild("2.14.1", None, None, cuda_available=False, mps_available=True)
 
 
 def commands(advice):
@@ -165,8 +168,7 @@ def test_cpu_build_with_a_470_driver_gets_torch_2_7_for_cuda_11_8():
 
 
 def test_cpu_build_with_a_driver_too_old_for_any_build():
-    ancient = NvidiaSmi(("GeForce GTX 780",), "440.100", (10, 2))
-    advice = doctor.advise(CPU_ONLY, ancient, "Linux", "x86_64")
+    advice = doctor.advise(CPU_ONLY, GTX_780_440, "Linux", "x86_64")
     assert advice.case == doctor.CASE_DRIVER_TOO_OLD
     assert doctor.DRIVER_PAGE in advice.steps[0]
     assert commands(advice) == [] and any("free cloud GPU (notebook 05)" in line for line in advice.steps)
@@ -205,8 +207,7 @@ def test_cuda_works():
 
 
 def test_mps_works():
-    mac = TorchBuild("2.14.1", None, None, cuda_available=False, mps_available=True)
-    assert doctor.advise(mac, None, "Darwin", "arm64").case == doctor.CASE_WORKS
+    assert doctor.advise(MAC_MPS, None, "Darwin", "arm64").case == doctor.CASE_WORKS
 
 
 @pytest.mark.parametrize("build", [CPU_ONLY, CU130_IDLE])
@@ -232,6 +233,7 @@ RTX_5070_128 = doctor.parse_nvidia_smi("NVIDIA GeForce RTX 5070, 572.16, 12.0\r\
                                        WINDOWS_566_HEADER.replace("566.36 ", "572.16 ").replace("12.7", "12.8"))
 RTX_5070_580 = doctor.parse_nvidia_smi("NVIDIA GeForce RTX 5070, 580.82.07, 12.0\n", LINUX_580_HEADER)
 RTX_3060_124 = doctor.parse_nvidia_smi("NVIDIA GeForce RTX 3060, 551.86, 8.6\r\n", WINDOWS_551_HEADER)
+GTX_1050_TI_566 = doctor.parse_nvidia_smi("NVIDIA GeForce GTX 1050 Ti, 566.36, 6.1\n", WINDOWS_566_HEADER)
 CU130_ARCHS = ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120")  # the installed cu130 build's arch list
 
 
@@ -266,9 +268,7 @@ def test_gtx_1060_on_a_580_driver_gets_cu126_not_cu130(build):
 
 
 def test_pascal_with_a_cu130_build_on_an_older_driver_is_sent_straight_to_cu126():
-    build = TorchBuild("2.14.1+cu130", (13, 0), None, False)  # the driver is too old to start it, too
-    smi = doctor.parse_nvidia_smi("NVIDIA GeForce GTX 1050 Ti, 566.36, 6.1\n", WINDOWS_566_HEADER)
-    advice = doctor.advise(build, smi, "Windows", "AMD64")
+    advice = doctor.advise(CU130_IDLE, GTX_1050_TI_566, "Windows", "AMD64")  # the driver is too old to start it, too
     assert advice.case == doctor.CASE_NO_KERNELS and index_urls(advice) == ["https://download.pytorch.org/whl/cu126"]
 
 
@@ -520,20 +520,19 @@ def test_on_a_working_gpu_the_doctor_says_so():
 
 # --- in Chinese: the same advice, the same commands ----------------------------------------------------
 
-SMI_1050_566 = doctor.parse_nvidia_smi("NVIDIA GeForce GTX 1050 Ti, 566.36, 6.1\n", WINDOWS_566_HEADER)
 ADVICE_CASES = [  # (build, smi, system, machine, visible): every situation the tests above build
     (CPU_ONLY_PYPI, WINDOWS, "Windows", "AMD64", None), (CPU_ONLY, LINUX, "Linux", "x86_64", None),
     (CPU_ONLY, CUDA_12_4, "Windows", "AMD64", None), (CPU_ONLY, OLD, "Linux", "x86_64", None),
-    (CPU_ONLY, NvidiaSmi(("GeForce GTX 780",), "440.100", (10, 2)), "Linux", "x86_64", None),
+    (CPU_ONLY, GTX_780_440, "Linux", "x86_64", None),
     (ROCM_IDLE, LINUX, "Linux", "x86_64", None), (CU130_IDLE, WINDOWS, "Windows", "AMD64", None),
     (CU126_IDLE, WINDOWS, "Windows", "AMD64", None), (CU126_IDLE, LINUX, "Linux", "x86_64", ""),
     (CU126_WORKING, WINDOWS, "Windows", "AMD64", None),
-    (TorchBuild("2.14.1", None, None, cuda_available=False, mps_available=True), None, "Darwin", "arm64", None),
+    (MAC_MPS, None, "Darwin", "arm64", None),
     (CPU_ONLY, None, "Windows", "AMD64", None), (CU130_IDLE, None, "Windows", "AMD64", None),
     (CPU_ONLY_PYPI, None, "Darwin", "arm64", None),
     (CPU_ONLY, GTX_1060_580, "Linux", "x86_64", None),
     (cuda_build((13, 0), ((6, 1),), CU130_ARCHS), GTX_1060_580, "Linux", "x86_64", None),
-    (TorchBuild("2.14.1+cu130", (13, 0), None, False), SMI_1050_566, "Windows", "AMD64", None),
+    (CU130_IDLE, GTX_1050_TI_566, "Windows", "AMD64", None),
     (CPU_ONLY_PYPI, MX150_470, "Windows", "AMD64", None), (CPU_ONLY_PYPI, RTX_5070_128, "Windows", "AMD64", None),
     (cuda_build((12, 6), ((12, 0),), doctor.PRE_TURING), RTX_5070_128, "Windows", "AMD64", None),
     (CPU_ONLY_PYPI, RTX_5070_580, "Linux", "x86_64", None), (CPU_ONLY_PYPI, RTX_3060_124, "Windows", "AMD64", None),
@@ -593,7 +592,6 @@ def test_run_in_chinese_prints_its_labels_in_chinese(monkeypatch, capsys):
     assert_chinese_report(capsys.readouterr().out)
 
 
-
 def test_python_m_tudui_doctor_lang_zh(monkeypatch, capsys):
     windows_laptop(monkeypatch)
     assert main(["doctor", "--lang", "zh"]) == 0
@@ -603,19 +601,8 @@ def test_python_m_tudui_doctor_lang_zh(monkeypatch, capsys):
 
 def test_a_bad_lang_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(doctor, "torch_build", lambda: pytest.fail("must not start the diagnosis"))
-    assert main(["doctor", "--lang", "fr"]) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and err.count("\n") == 1 and "--lang" in err and "'fr'" in err and "zh" in err
+    line = fails_in_one_line(capsys, ["doctor", "--lang", "fr"])
+    assert "--lang" in line and "'fr'" in line and "zh" in line
     for call in (lambda: doctor.run(lang="fr"), lambda: doctor.advise(CPU_ONLY, None, lang="zh-CN")):
         with pytest.raises(ValueError, match=r"^lang must be one of \['en', 'zh'\] .*, not '(fr|zh-CN)'$"):
             call()
-
-
-def test_the_doctors_texts_ship_with_the_package():
-    """A pip install (Colab, Kaggle) has only the package: its texts are package data, read from there."""
-    import tomllib
-    from pathlib import Path
-    root = Path(__file__).resolve().parent.parent
-    project = tomllib.loads((root / "pyproject.toml").read_text())
-    assert "doctor_text.json" in project["tool"]["setuptools"]["package-data"]["tudui.cli"]
-    assert set(doctor.TEXT) == {"en", "zh"} and doctor.TEXT["en"].keys() == doctor.TEXT["zh"].keys()

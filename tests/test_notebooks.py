@@ -8,16 +8,17 @@ are counted from 0, as nbval counts them.
 from __future__ import annotations
 
 import difflib
-import os
 import importlib.util
+import os
 import re
-import shlex
 import shutil
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
+
+from recordings import source_sha
+from stamp_notebooks import NAV_END, SETUP, SETUP_ZH, WORDS, badges, binder_url, colab_url, edition, kaggle_url
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -26,14 +27,9 @@ ENGLISH = [p.name for p in sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))]
 CHINESE = [f"zh/{p.name}" for p in sorted((NOTEBOOKS / "zh").glob("[0-9][0-9]-*.ipynb"))]
 NAMES = ENGLISH + CHINESE
 
-from recordings import source_sha
-from stamp_notebooks import NAV_END, SETUP, SETUP_ZH, badges, binder_url, colab_url, kaggle_url
-
-README = {"en": ("README", "../README.md"), "zh": ("课程目录", "../../README.zh.md")}
 READMES = ["README.md", "README.zh.md"]
 IGNORE_MARKERS = {"NBVAL_IGNORE_OUTPUT", "PYTEST_VALIDATE_IGNORE_OUTPUT", "NBVAL_SKIP"}
 IGNORE_TAGS = {"nbval-ignore-output", "pytest-validate-ignore-output", "nbval-skip"}
-TORCH_PACKAGES = {"torch", "torchvision", "torchaudio"}
 # Places on a developer's machine that must not show up in stored outputs.
 LOCAL_PATH = re.compile(r"/home/|/Users/|/root\b|/work/|/tmp/|/var/folders/|/private/var/|\b[A-Z]:\\")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -46,11 +42,8 @@ def check(condition, message):
 
 
 def read(name):
+    """The notebook ``name`` (relative to notebooks/; an absolute path is read as it is)."""
     return nbformat.read(NOTEBOOKS / name, as_version=4)
-
-
-def read_path(path):
-    return nbformat.read(path, as_version=4)
 
 
 def where(name, index, cell):
@@ -76,10 +69,6 @@ def is_compared(cell):
 def title(name):
     first = read(name).cells[0].source.splitlines()[0]
     return re.sub(r"^#\s*", "", first).strip()
-
-
-def edition(name):
-    return "zh" if name.startswith("zh/") else "en"
 
 
 def same_edition(name):
@@ -128,7 +117,7 @@ def test_first_cell_title_badges_and_links(name):
     check(f"({kaggle_url(name)})" in head.source, f"{at}: no Kaggle badge linking to {kaggle_url(name)}; {STAMP}")
     check(f"({binder_url(name)})" in head.source, f"{at}: no Binder badge linking to {binder_url(name)}; {STAMP}")
 
-    names, readme = same_edition(name), README[edition(name)]
+    names, readme = same_edition(name), WORDS[edition(name)]["readme"]
     i = names.index(name)
     expected = {  # links within the edition's folder, so by file name
         "previous": (title(names[i - 1]), names[i - 1].split("/")[-1]) if i > 0 else readme,
@@ -261,7 +250,7 @@ def test_stamping_links_the_editions_and_keeps_a_translation_in_step(tmp_path, c
     (folder / "zh").mkdir(parents=True)
     small_lesson(folder / "01-a.ipynb", "01 · A")
     small_lesson(folder / "02-b.ipynb", "02 · B")
-    small_lesson(folder / "zh" / "02-b.ipynb", "02 · 乙", en_sha=source_sha(read_path(folder / "02-b.ipynb").cells[0].source))
+    small_lesson(folder / "zh" / "02-b.ipynb", "02 · 乙", en_sha=source_sha(read(folder / "02-b.ipynb").cells[0].source))
     readme = tmp_path / "README.zh.md"
     readme.write_text("| # | Notebook | 你会学到 | Colab | Kaggle | Binder |\n|---|---|---|---|---|---|\n"
                       "| 01 | [甲](notebooks/01-a.ipynb) | 一 | x | x | x |\n| 02 | [乙](notebooks/02-b.ipynb) | 二 | x | x | x |\n",
@@ -271,7 +260,7 @@ def test_stamping_links_the_editions_and_keeps_a_translation_in_step(tmp_path, c
     printed = capsys.readouterr().out.splitlines()
     assert [line for line in printed if "01-a" in line and "zh/" in line] == [
         "no Chinese twin: notebooks/zh/01-a.ipynb (skipped; create it with tools/translate.py)"]
-    en1, en2, zh2 = (read_path(folder / name) for name in ("01-a.ipynb", "02-b.ipynb", "zh/02-b.ipynb"))
+    en1, en2, zh2 = (read(folder / name) for name in ("01-a.ipynb", "02-b.ipynb", "zh/02-b.ipynb"))
     assert "zh/01-a.ipynb" not in en1.cells[0].source  # no link to a twin that is not there
     assert en2.cells[0].source.endswith("← [01 · A](01-a.ipynb) · [README](../README.md) → · [中文](zh/02-b.ipynb)\n"
                                         f"{NAV_END}\n\nText.")
@@ -298,14 +287,14 @@ def test_stamping_leaves_a_stale_translation_stale(tmp_path):
     small_lesson(folder / "01-a.ipynb", "01 · A")
     small_lesson(folder / "zh" / "01-a.ipynb", "01 · 甲", en_sha="0123456789abcdef")
     stamp_tool(folder, []).main([])
-    assert read_path(folder / "zh" / "01-a.ipynb").cells[0].metadata["zh"]["en_sha"] == "0123456789abcdef"
+    assert read(folder / "zh" / "01-a.ipynb").cells[0].metadata["zh"]["en_sha"] == "0123456789abcdef"
 
 
 @notebooks
 def test_stamping_changes_nothing(name, restamped):
     if (restamped / name).read_bytes() == (NOTEBOOKS / name).read_bytes():
         return
-    before, after = read(name), nbformat.read(restamped / name, as_version=4)
+    before, after = read(name), read(restamped / name)
     changes = []
     matcher = difflib.SequenceMatcher(a=[c.source for c in before.cells], b=[c.source for c in after.cells],
                                       autojunk=False)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,15 +11,15 @@ from pathlib import Path
 import pytest
 
 import tudui.recorded
+from record_outputs import RecordError, record
+from record_outputs import main as record_main
+from recordings import calls_in, source_sha
 from tudui.recorded import find_recording, show_recorded
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 RECORDED = ROOT / "tudui" / "recordings"
 TOOLS = ROOT / "tools"
-from record_outputs import RecordError, record  # noqa: E402
-from recordings import calls_in, source_sha  # noqa: E402
-from record_outputs import main as record_main  # noqa: E402
 
 
 def code_cells(path):
@@ -85,14 +86,16 @@ def fixture_notebook(tmp_path):
     return path
 
 
-def run_runner(notebook, out, live=True):
-    env = {**os.environ, "FIXTURE_LIVE": "1" if live else ""}
+def run_runner(notebook, out, live=True, package=ROOT):
+    """tools/run_notebook_cells.py on ``notebook``, importing tudui from the folder ``package``."""
+    path = os.pathsep.join(filter(None, [str(package), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "FIXTURE_LIVE": "1" if live else "", "PYTHONPATH": path}
     return subprocess.run([sys.executable, str(TOOLS / "run_notebook_cells.py"), str(notebook), str(out)],
                           env=env, capture_output=True, text=True, timeout=120)
 
 
-def run_cells(notebook, out, live):
-    done = run_runner(notebook, out, live)
+def run_cells(notebook, out, live, package=ROOT):
+    done = run_runner(notebook, out, live, package)
     assert done.returncode == 0, done.stdout + done.stderr
     return {c["id"]: c for c in json.loads(out.read_text())["cells"]}
 
@@ -112,12 +115,10 @@ def test_run_record_and_show_end_to_end(fixture_notebook, tmp_path):
     assert list(saved) == ["a5"] and saved["a5"]["key"] == "speed"
     assert not stale(fixture_notebook, tmp_path / "recorded" / "99-fixture.json")
 
-    installed = RECORDED / "99-fixture.json"  # where the package reads it, in the runner's process too
-    installed.write_bytes((tmp_path / "recorded" / "99-fixture.json").read_bytes())
-    try:
-        shown = run_cells(fixture_notebook, tmp_path / "shown.json", live=False)["a5"]["outputs"][0]
-    finally:
-        installed.unlink()
+    package = tmp_path / "pkg"  # a copy of the package with the recording installed, never the repository's
+    shutil.copytree(ROOT / "tudui", package / "tudui", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(tmp_path / "recorded" / "99-fixture.json", package / "tudui" / "recordings")
+    shown = run_cells(fixture_notebook, tmp_path / "shown.json", live=False, package=package)["a5"]["outputs"][0]
     label, body = shown.splitlines()
     assert label.startswith(f"No GPU here. Recorded on {saved['a5']['device']}, torch ") and "not a live run" in label
     assert body == "    live: 42 images/s"
@@ -152,25 +153,24 @@ def test_without_a_recording_a_placeholder_says_so(tmp_path, monkeypatch, capsys
     assert capsys.readouterr().out == "No GPU here. On a GPU this cell shows a speed in images/s.\n"
 
 
-def test_a_recording_is_read_from_the_package(tmp_path, monkeypatch, capsys):
-    (tmp_path / "recordings").mkdir()
-    entry = {"key": "k", "source_sha": "0", "outputs": ["line 1\n", "line 2\n"], "device": "NVIDIA H200",
-             "torch": "2.11.0+cu130", "date": "2026-05-01"}
-    (tmp_path / "recordings" / "99-fixture.json").write_text(json.dumps({"c1": entry}))
-    monkeypatch.setattr(tudui.recorded.resources, "files", lambda package: tmp_path)  # tmp_path as the package
+@pytest.fixture
+def recorded(tmp_path, monkeypatch):
+    """``recorded(outputs, **fields)``: tmp_path as the package, with one recording of 99-fixture's key "k"."""
+    def install(outputs, **fields):
+        entry = {"key": "k", "source_sha": "0", "outputs": outputs, "device": "NVIDIA H200",
+                 "torch": "2.11.0+cu130", "date": "2026-05-01", **fields}
+        (tmp_path / "recordings").mkdir()
+        (tmp_path / "recordings" / "99-fixture.json").write_text(json.dumps({"c1": entry}))
+        monkeypatch.setattr(tudui.recorded.resources, "files", lambda package: tmp_path)
+    return install
+
+
+def test_a_recording_is_read_from_the_package(recorded, capsys):
+    recorded(["line 1\n", "line 2\n"])
     show_recorded("99-fixture", "k")
     assert capsys.readouterr().out == ("No GPU here. Recorded on NVIDIA H200, torch 2.11.0+cu130, 2026-05-01 "
                                        "(not a live run):\n    line 1\n    line 2\n")
     assert find_recording("99-fixture", "other") is None
-
-
-def test_recordings_ship_inside_the_package():
-    """A pip install has no notebooks/ folder: the recordings are package data, found from any folder."""
-    import tomllib
-    folder = tudui.recorded.resources.files("tudui") / "recordings"
-    assert folder.is_dir() and Path(str(folder)) == RECORDED
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert "recordings/*.json" in project["tool"]["setuptools"]["package-data"]["tudui"]
 
 
 def test_a_notebook_is_named_without_folder_or_suffix():
@@ -221,13 +221,8 @@ def test_one_run_that_cannot_be_recorded_does_not_stop_the_others(tmp_path, caps
 
 
 @pytest.fixture
-def one_recording(tmp_path, monkeypatch):
-    """tmp_path as the package, with one recording of 99-fixture's key "k"."""
-    (tmp_path / "recordings").mkdir()
-    entry = {"key": "k", "source_sha": "0", "outputs": ["line 1\n"], "device": "NVIDIA H200",
-             "torch": "2.11.0+cu130", "date": "2026-05-01"}
-    (tmp_path / "recordings" / "99-fixture.json").write_text(json.dumps({"c1": entry}))
-    monkeypatch.setattr(tudui.recorded.resources, "files", lambda package: tmp_path)
+def one_recording(recorded):
+    recorded(["line 1\n"])
 
 
 @pytest.mark.parametrize("lang, label", [
@@ -276,22 +271,9 @@ def test_installed_recordings_come_from_a_gpu_and_the_notebook_shows_them(record
             f"{recording.name} cell id {cell_id}: re-execute the notebook (tools/execute_notebooks.py) and commit it"
 
 
-def test_the_label_names_the_settings_of_the_run(tmp_path, monkeypatch, capsys):
-    (tmp_path / "recordings").mkdir()
-    entry = {"key": "k", "source_sha": "0", "outputs": ["x\n"], "device": "NVIDIA H200", "torch": "2.11.0",
-             "date": "2026-05-01", "settings": "quick sizes, synthetic data"}
-    (tmp_path / "recordings" / "99-fixture.json").write_text(json.dumps({"c1": entry}))
-    monkeypatch.setattr(tudui.recorded.resources, "files", lambda package: tmp_path)
+def test_the_label_names_the_settings_of_the_run(recorded, capsys):
+    recorded(["x\n"], torch="2.11.0", settings="quick sizes, synthetic data")
     show_recorded("99-fixture", "k")
     assert capsys.readouterr().out.splitlines()[0] == (
         "No GPU here. Recorded on NVIDIA H200, torch 2.11.0, 2026-05-01, quick sizes, synthetic data (not a live run):")
 
-
-@pytest.mark.slow
-def test_the_gpu_check_fails_a_pytest_run_with_a_skip(tmp_path):
-    (tmp_path / "test_x.py").write_text("import pytest\ndef test_a(): pass\n"
-                                        "@pytest.mark.skip(reason='no GPU')\ndef test_b(): pass\n")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-o",
-                           "addopts=", "-p", "tools.no_skips", "-q", str(tmp_path / "test_x.py")], cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1 and "no_skips: 1 test(s) skipped" in done.stdout, done.stdout + done.stderr

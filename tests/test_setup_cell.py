@@ -16,11 +16,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from stamp_notebooks import SETUP
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-from stamp_notebooks import SETUP  # noqa: E402
-
 SITE_PACKAGES = Path(torch.__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="builds its environments with symlinks")
 
@@ -37,13 +35,14 @@ def shared_packages(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
-    """A copy of the repository's package, as a folder and as GitHub's ZIP download of it."""
+    """A copy of the repository's package, with a recording, as a folder and as GitHub's ZIP download of it."""
     parent = tmp_path_factory.mktemp("source")
     folder = parent / "pytorch-cpu-gpu-main"
     folder.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, folder / name)
     shutil.copytree(ROOT / "tudui", folder / "tudui", ignore=shutil.ignore_patterns("__pycache__"))
+    (folder / "tudui" / "recordings" / "99-fixture.json").write_text("{}")  # the repository may have none yet
     archive = shutil.make_archive(str(parent / "download"), "zip", root_dir=parent, base_dir=folder.name)
     return {"folder": folder, "zip": Path(archive)}
 
@@ -100,6 +99,8 @@ def test_installs_tudui_where_it_is_missing_and_a_second_run_does_nothing(kind, 
     assert found_at(python, tmp_path, "torch") == torch_before
     installed = {p.name for p in site.iterdir()}
     assert installed == {"shared.pth", "tudui", "tudui-0.1.0.dist-info"}, f"pip also installed {installed}"
+    for data in ("recordings/99-fixture.json", "cli/doctor_text.json"):  # package data, read from the install
+        assert (site / "tudui" / data).is_file(), f"the install has no tudui/{data}"
 
     assert run_cell(python, tmp_path, source[kind]) == "tudui is installed\n"
     assert {p.name for p in site.iterdir()} == installed

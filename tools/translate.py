@@ -23,8 +23,7 @@ import sys
 import tokenize
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from recordings import source_sha  # noqa: E402
+from recordings import source_sha
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 LANG = 'lang="zh"'
