@@ -22,9 +22,8 @@ from pathlib import Path
 
 import nbformat
 
-sys.path.insert(0, str(Path(__file__).parent))
-from notebook_settings import BRANCH, REPO  # noqa: E402
-from recordings import source_sha  # noqa: E402
+from notebook_settings import BRANCH, REPO
+from recordings import source_sha
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
