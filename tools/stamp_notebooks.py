@@ -181,10 +181,11 @@ TABLE_ROW = re.compile(r"^\| (\d\d) \| \[([^\]]*)\]\(notebooks/(?:zh/)?(\d\d-[^)
 TABLE_HEAD_ZH = "| # | Notebook | 你会学到 | Colab | Kaggle | Binder | English |"
 
 
-def stamp_readme(path: Path, chinese=()) -> bool:
+def stamp_readme(path: Path, chinese=(), titles=None) -> bool:
     """Rewrite each lesson row of a README's table: README.md's rows link the English lessons with their
     badges; README.zh.md's the Chinese twins in ``chinese`` (file names; the English where there is none),
-    with their badges and a last column that links the English lesson."""
+    with their badges and a last column that links the English lesson. ``titles``: {"NN-name.ipynb" or
+    "zh/NN-name.ipynb": the lesson's title}, the link text of its row (else the row's own text stays)."""
     zh_table = path.name.endswith(".zh.md")
     text = path.read_text(encoding="utf-8")
     lines = []
@@ -194,6 +195,7 @@ def stamp_readme(path: Path, chinese=()) -> bool:
             number, text_, file = m.groups()
             description = line.strip().strip("|").split(" | ")[2].strip()
             name = f"zh/{file}" if zh_table and file in chinese else file
+            text_ = (titles or {}).get(name, text_)
             cells = [number, f"[{text_}](notebooks/{name})", description, *badges(name)]
             if zh_table:
                 cells.append(f"[English](notebooks/{file})")
@@ -237,9 +239,11 @@ def main(only):
             changed = stamp(path, f"zh/{path.name}", *neighbours(zh_titles, i), twin=twin,
                             english_head=heads.get(path.name))
             print(f"{'stamped' if changed else 'unchanged'}: notebooks/zh/{path.name}")
+    titles = {name: re.sub(r"^\d\d · ", "", text) for name, text in en_titles}
+    titles.update({f"zh/{name}": re.sub(r"^\d\d · ", "", text) for name, text in zh_titles})
     for readme in READMES:
         if readme.exists():
-            print(f"{'stamped' if stamp_readme(readme, zh_names) else 'unchanged'}: {readme.name}")
+            print(f"{'stamped' if stamp_readme(readme, zh_names, titles) else 'unchanged'}: {readme.name}")
 
 
 if __name__ == "__main__":
