@@ -185,7 +185,7 @@ def stamp_readme(path: Path, chinese=(), titles=None) -> bool:
     """Rewrite each lesson row of a README's table: README.md's rows link the English lessons with their
     badges; README.zh.md's the Chinese twins in ``chinese`` (file names; the English where there is none),
     with their badges and a last column that links the English lesson. ``titles``: {"NN-name.ipynb" or
-    "zh/NN-name.ipynb": the lesson's title}, the link text of its row (else the row's own text stays)."""
+    "zh/NN-name.ipynb": the lesson's title}, the link text of the rows of the README's own edition."""
     zh_table = path.name.endswith(".zh.md")
     text = path.read_text(encoding="utf-8")
     lines = []
@@ -195,7 +195,8 @@ def stamp_readme(path: Path, chinese=(), titles=None) -> bool:
             number, text_, file = m.groups()
             description = line.strip().strip("|").split(" | ")[2].strip()
             name = f"zh/{file}" if zh_table and file in chinese else file
-            text_ = (titles or {}).get(name, text_)
+            if zh_table == name.startswith("zh/"):  # a row of its own edition: the lesson's title
+                text_ = (titles or {}).get(name, text_)
             cells = [number, f"[{text_}](notebooks/{name})", description, *badges(name)]
             if zh_table:
                 cells.append(f"[English](notebooks/{file})")
