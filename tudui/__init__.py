@@ -19,6 +19,7 @@ _NAMES = {
     "resident": "ResidentLoader resident_loaders",
     "settings": "host quick_mode",
     "synthetic": "SyntheticCIFAR10",
+    "text": "language say set_language",
     "timing": "Stopwatch interleaved measure speed_ratio",
 }
 _HOME = {name: module for module, names in _NAMES.items() for name in names.split()}

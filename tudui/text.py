@@ -1,0 +1,51 @@
+"""The package's words in each language: every message it prints or raises, its plots' labels, the CLI's lines.
+
+The texts live in data files, ``tudui/text/*.json``, each ``{"en": {key: template}, "zh": {...}}``; a key is
+in one file only. English is the default; the Chinese lessons call ``tudui.set_language("zh")`` once, the CLI
+takes ``--lang``, and ``$TUDUI_LANG`` sets it for everything started from a shell.
+"""
+import json
+import os
+from functools import cache
+from importlib import resources
+
+LANGS = ("en", "zh")
+_chosen = []  # set_language's choice, if any: it wins over $TUDUI_LANG
+
+
+@cache
+def tables() -> dict:
+    """{lang: {key: template}} from every file in tudui/text/."""
+    merged = {lang: {} for lang in LANGS}
+    for entry in sorted(resources.files(__package__).joinpath("text").iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".json"):
+            for lang, table in json.loads(entry.read_text(encoding="utf-8")).items():
+                merged[lang].update(table)
+    return merged
+
+
+def check_lang(lang) -> str:
+    if lang not in LANGS:
+        raise ValueError(f"language must be one of {', '.join(LANGS)}, not {str(lang)[:20]!r}")
+    return lang
+
+
+def set_language(lang: str) -> None:
+    """Print, raise and label in ``lang`` ("en" or "zh") from now on, in this process."""
+    _chosen[:] = [check_lang(lang)]
+
+
+def language() -> str:
+    """The language in force: set_language's, else $TUDUI_LANG's (en or zh), else English."""
+    if _chosen:
+        return _chosen[0]
+    raw = os.environ.get("TUDUI_LANG", "")
+    env = raw.strip().lower() or "en"
+    if env not in LANGS:
+        raise ValueError(f"TUDUI_LANG={raw[:20]!r} is not understood; set it to {' or '.join(LANGS)}, or unset it")
+    return env
+
+
+def say(key: str, lang: str | None = None, **fields) -> str:
+    """The text ``key`` in ``lang`` (default: :func:`language`), its ``{fields}`` filled in."""
+    return tables()[check_lang(lang or language())][key].format(**fields)
