@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers import fails_in_one_line
 
-from tudui.cli import doctor, main
+from tudui.cli import builds, doctor, main
 from tudui.cli.doctor import NvidiaSmi, TorchBuild
 from tudui.timing import Timing
 
@@ -112,32 +112,18 @@ def test_header_without_cuda_version_still_gives_gpu_and_driver():
     assert smi.driver == "566.36" and smi.cuda is None
 
 
-@pytest.mark.parametrize("driver_cuda, build", [
-    ((13, 0), (13, 0)),   # 580.x
-    ((13, 1), (13, 0)),
-    ((13, 3), (13, 2)),
-    ((12, 7), (12, 6)),   # 566.36
-    ((12, 9), (12, 6)),
-    ((12, 4), (12, 6)),   # minor version compatibility: a 12.x build on a 12.0+ driver
-    ((11, 4), (11, 8)),   # 470.x: torch 2.7's CUDA 11.8 build
-    ((10, 2), None),      # too old for any build of torch 2.7+
-    (None, (12, 6)),      # unreadable header: the build that asks least of the driver
-])
-def test_choose_build(driver_cuda, build):
-    assert doctor.choose_build(driver_cuda) == build
-
-
 # --- the advice, case by case ---------------------------------------------------------------------------
 
 def test_cpu_build_on_windows_with_a_566_driver_gets_the_cu126_command():
     advice = doctor.advise(CPU_ONLY_PYPI, WINDOWS, "Windows", "AMD64")
     assert advice.case == doctor.CASE_CPU_BUILD
     assert "RTX 3060" in advice.summary and "CPU-only" in advice.summary
-    assert "Windows" in advice.steps[0] and "which this driver (CUDA 12.7) runs" in advice.steps[1]
+    assert "Windows" in advice.steps[0] and advice.steps[1].startswith("Best: update the NVIDIA driver")
+    assert "torch 2.14.1" in advice.steps[2] and "which this driver (CUDA 12.7) runs" in advice.steps[2]
     assert commands(advice) == [
         "python -m pip uninstall -y torch torchvision",
-        "python -m pip install torch torchvision --index-url https://download.pytorch.org/whl/cu126",
-        "python -m pip install torch torchvision --index-url https://mirror.nju.edu.cn/pytorch/whl/cu126",
+        "python -m pip install torch==2.14.1 torchvision==0.29.1 --index-url https://download.pytorch.org/whl/cu126",
+        "python -m pip install torch==2.14.1 torchvision==0.29.1 --index-url https://mirror.nju.edu.cn/pytorch/whl/cu126",
         """python -c "import torch; print(torch.cuda.is_available(), torch.version.cuda, """
         """torch.ones(1, device='cuda') + 1)\"""",
     ]
@@ -235,6 +221,7 @@ RTX_5070_580 = doctor.parse_nvidia_smi("NVIDIA GeForce RTX 5070, 580.82.07, 12.0
 RTX_3060_124 = doctor.parse_nvidia_smi("NVIDIA GeForce RTX 3060, 551.86, 8.6\r\n", WINDOWS_551_HEADER)
 GTX_1050_TI_566 = doctor.parse_nvidia_smi("NVIDIA GeForce GTX 1050 Ti, 566.36, 6.1\n", WINDOWS_566_HEADER)
 CU130_ARCHS = ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120")  # the installed cu130 build's arch list
+PRE_TURING = tuple(builds.TABLE["kernels"]["maxwell-hopper"])  # the cu126 builds'
 
 
 def cuda_build(cuda, caps, arch_list=(), kernel_error=None):
@@ -249,12 +236,12 @@ def test_compute_capability_is_read_from_the_query():
 
 @pytest.mark.parametrize("arch_list, cap, runs", [
     (CU130_ARCHS, (6, 1), False), (CU130_ARCHS, (7, 5), True), (CU130_ARCHS, (8, 9), True),
-    (CU130_ARCHS, (12, 0), True), (doctor.PRE_TURING, (12, 0), False), (doctor.PRE_TURING, (6, 1), True),
+    (CU130_ARCHS, (12, 0), True), (PRE_TURING, (12, 0), False), (PRE_TURING, (6, 1), True),
     (("sm_80", "compute_90"), (12, 0), True),  # PTX is compiled for newer GPUs
     (("sm_86",), (8, 0), False),               # binary code runs on its own and newer minor versions only
 ])
 def test_has_kernels(arch_list, cap, runs):
-    assert doctor.has_kernels(arch_list, cap) is runs
+    assert builds.has_kernels(arch_list, cap) is runs
 
 
 @pytest.mark.parametrize("build", [CPU_ONLY, cuda_build((13, 0), ((6, 1),), CU130_ARCHS)])
@@ -262,7 +249,9 @@ def test_gtx_1060_on_a_580_driver_gets_cu126_not_cu130(build):
     advice = doctor.advise(build, GTX_1060_580, "Linux", "x86_64")
     assert index_urls(advice) == ["https://download.pytorch.org/whl/cu126"]
     assert "compute capability 6.1" in advice.summary
-    assert any("torch 2.15 is planned without it" in line for line in advice.steps)
+    assert "torch==2.14.1 torchvision==0.29.1" in commands(advice)[1]  # the last torch with kernels for it, pinned
+    assert any(line.startswith("torch 2.14.1 is the last release with kernels for this GPU") for line in advice.steps)
+    assert not any(line.startswith("Best: update") for line in advice.steps)  # R580 is this GPU's last driver
     if build.cuda:
         assert advice.case == doctor.CASE_NO_KERNELS and "no kernels for the NVIDIA GeForce GTX 1060" in advice.summary
 
@@ -280,13 +269,16 @@ def test_mx150_on_a_470_driver_gets_the_driver_first_then_torch_2_7_cu118():
     assert "torch==2.7.1 torchvision==0.22.1" in commands(advice)[1]
 
 
-@pytest.mark.parametrize("build", [CPU_ONLY_PYPI, cuda_build((12, 6), ((12, 0),), doctor.PRE_TURING)])
-def test_rtx_5070_on_a_12_8_driver_is_told_to_update_the_driver(build):
+@pytest.mark.parametrize("build", [CPU_ONLY_PYPI, cuda_build((12, 6), ((12, 0),), PRE_TURING)])
+def test_rtx_5070_on_a_12_8_driver_is_told_to_update_the_driver_or_take_the_cu128_route(build):
     advice = doctor.advise(build, RTX_5070_128, "Windows", "AMD64")
-    assert advice.case in (doctor.CASE_DRIVER_TOO_OLD, doctor.CASE_NO_KERNELS)
+    assert advice.case in (doctor.CASE_CPU_BUILD, doctor.CASE_NO_KERNELS)
     assert "RTX 5070 (compute capability 12.0)" in advice.summary
-    assert doctor.DRIVER_PAGE in advice.steps[0] and index_urls(advice) == []  # no cu126: it has no Blackwell kernels
-    assert "branch 580 or newer runs the CUDA 13.0 build" in advice.steps[1]
+    steps = [line for line in advice.steps if not line.startswith("(On Windows")]
+    assert steps[0].startswith("Best: update the NVIDIA driver") and doctor.DRIVER_PAGE in steps[0]
+    # no cu126 (no Blackwell kernels): the last torch with a CUDA 12.8 build, which this driver runs, pinned
+    assert index_urls(advice) == ["https://download.pytorch.org/whl/cu128"]
+    assert "torch==2.11.0 torchvision==0.26.0" in commands(advice)[1]
 
 
 def test_rtx_5070_on_a_580_driver_gets_cu130():
@@ -298,7 +290,7 @@ def test_rtx_5070_on_a_580_driver_gets_cu130():
 def test_rtx_3060_on_a_12_4_driver():
     advice = doctor.advise(CPU_ONLY_PYPI, RTX_3060_124, "Windows", "AMD64")
     assert index_urls(advice) == ["https://download.pytorch.org/whl/cu126"]
-    assert doctor.advise(cuda_build((12, 6), ((8, 6),), doctor.PRE_TURING), RTX_3060_124).case == doctor.CASE_WORKS
+    assert doctor.advise(cuda_build((12, 6), ((8, 6),), PRE_TURING), RTX_3060_124).case == doctor.CASE_WORKS
 
 
 def test_no_kernel_image_on_the_first_convolution():
@@ -495,7 +487,7 @@ def test_run_prints_one_screen_with_the_advice(monkeypatch, capsys):
     assert lines[0].startswith("torch 2.14.1: CPU-only build")
     assert "RTX 3060 Laptop GPU; driver 566.36, supports CUDA up to 12.7" in lines[1]
     assert "cpu 1,000 images/s" in out
-    assert "    python -m pip install torch torchvision --index-url https://download.pytorch.org/whl/cu126" in lines
+    assert "    python -m pip install torch==2.14.1 torchvision==0.29.1 --index-url https://download.pytorch.org/whl/cu126" in lines
 
 
 @pytest.mark.parametrize("lang, speed_up, works", [
@@ -534,7 +526,7 @@ ADVICE_CASES = [  # (build, smi, system, machine, visible): every situation the 
     (cuda_build((13, 0), ((6, 1),), CU130_ARCHS), GTX_1060_580, "Linux", "x86_64", None),
     (CU130_IDLE, GTX_1050_TI_566, "Windows", "AMD64", None),
     (CPU_ONLY_PYPI, MX150_470, "Windows", "AMD64", None), (CPU_ONLY_PYPI, RTX_5070_128, "Windows", "AMD64", None),
-    (cuda_build((12, 6), ((12, 0),), doctor.PRE_TURING), RTX_5070_128, "Windows", "AMD64", None),
+    (cuda_build((12, 6), ((12, 0),), PRE_TURING), RTX_5070_128, "Windows", "AMD64", None),
     (CPU_ONLY_PYPI, RTX_5070_580, "Linux", "x86_64", None), (CPU_ONLY_PYPI, RTX_3060_124, "Windows", "AMD64", None),
     (cuda_build((13, 0), (), CU130_ARCHS, kernel_error="cuda:0: CUDA error: no kernel image is available"),
      GTX_1060_580, "Linux", "x86_64", None),
@@ -582,7 +574,7 @@ def assert_chinese_report(out):
     lines = out.splitlines()
     assert lines[0].startswith("torch 2.14.1：CPU 版；Python ") and lines[1].startswith("nvidia-smi：NVIDIA GeForce")
     assert lines[2].startswith("torch 能用的设备：cpu（") and "训练速度（Tudui，批量大小 64）：cpu 每秒 1,000 张图片" in out
-    assert "    python -m pip install torch torchvision --index-url https://download.pytorch.org/whl/cu126" in lines
+    assert "    python -m pip install torch==2.14.1 torchvision==0.29.1 --index-url https://download.pytorch.org/whl/cu126" in lines
     assert all(CHINESE.search(line) for line in lines if line and not line.startswith("    ")), out
 
 

@@ -10,6 +10,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 import warnings
 from dataclasses import dataclass
 from importlib import resources
@@ -18,15 +19,11 @@ from itertools import zip_longest
 import torch
 
 from ..device import best_accelerator
+from . import builds
+from .builds import has_kernels
 from ..model import Tudui
 from ..timing import measure
 
-WHEELS = "https://download.pytorch.org/whl/"
-# NJU's mirror of that index, same folders (a simple index: --index-url works, dependencies included). Used by
-# Chinese projects' install scripts for cu118-cu130, Linux and Windows wheels (checked 2026-12-01); whether it
-# already holds every 2.14 wheel could not be verified from here. Aliyun's flat folders
-# (-f https://mirrors.aliyun.com/pytorch-wheels/cuXYZ/ with -i https://pypi.tuna.tsinghua.edu.cn/simple) are the other.
-MIRROR = "https://mirror.nju.edu.cn/pytorch/whl/"
 DRIVER_PAGE = "https://www.nvidia.com/Download/index.aspx"
 CHECK = ("python -c \"import torch; print(torch.cuda.is_available(), torch.version.cuda, "
          "torch.ones(1, device='cuda') + 1)\"")  # the last part runs a real kernel
@@ -35,20 +32,6 @@ TRY_CUDA = 'python -c "import torch; torch.zeros(1).cuda()"'  # shows torch's ow
 SMI_TIMEOUT = 10.0  # seconds for each nvidia-smi call
 QUERY, CSV = "--query-gpu=name,driver_version", "--format=csv,noheader"
 
-# CUDA builds of torch on https://download.pytorch.org/whl/cuXYZ, per release. Sources, checked 2026-12-01:
-# pytorch.org/get-started/previous-versions (2.7-2.9), the "PyTorch CUDA Support Matrix" in pytorch/pytorch's
-# RELEASE.md and its CUDA matrix RFCs (github.com/pytorch/pytorch/issues/172663, /178665, /190355).
-#   2.7: 11.8 12.6 12.8 | 2.8: 12.6 12.8 12.9 | 2.9-2.11: 12.6 12.8 13.0 | 2.12-2.14: 12.6 13.0 13.2
-# Their kernels (Linux x86_64 and Windows): PYTORCH_RELEASES_CODE_CC in torch 2.14.1's torch/cuda/__init__.py; the
-# installed cu130 build's torch.cuda.get_arch_list() is sm_75 sm_80 sm_86 sm_90 sm_100 sm_120. CUDA 13 has no
-# pre-Turing (< 7.5) kernels. cu118 of torch 2.7: 5.0-9.0 (RELEASE.md for 2.7), Python 3.9-3.13.
-# For 2.15, RFC github.com/pytorch/pytorch/issues/190385 (open on 2026-12-01) removes the 12.6 build.
-PRE_TURING = tuple("sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90".split())
-CUDA_13_ARCHS = tuple("sm_75 sm_80 sm_86 sm_90 sm_100 sm_120".split())
-BUILD_ARCHS = {(11, 8): PRE_TURING, (12, 6): PRE_TURING, (13, 0): CUDA_13_ARCHS, (13, 2): CUDA_13_ARCHS}
-CURRENT_BUILDS = ((12, 6), (13, 0), (13, 2))  # each index serves the newest torch (2.14)
-LEGACY_BUILD = (11, 8)                        # the last torch with CUDA 11 wheels: 2.7.1
-LEGACY_PINS = "torch==2.7.1 torchvision==0.22.1"
 # Driver branch 580 (CUDA 13.0) is the last for Maxwell, Pascal and Volta (NVIDIA's driver deprecation notice, 2025).
 R580_CUDA = (13, 0)
 NO_KERNEL = ("no kernel image", "not compatible with the current PyTorch", "does not include kernels")
@@ -162,71 +145,48 @@ def parse_nvidia_smi(query: str, header: str) -> NvidiaSmi | None:
                      caps if None not in caps else ())
 
 
-def has_kernels(arch_list, cap: tuple) -> bool:
-    """Whether a build with ``arch_list`` runs on compute capability ``cap``: binary code ``sm_XY`` runs on X.Y and
-    newer GPUs of the same major version; PTX (``compute_XY``) is compiled for any X.Y or newer GPU when first used."""
-    code = 10 * cap[0] + cap[1]
-    archs = [(kind, int(num)) for kind, _, num in (arch.partition("_") for arch in arch_list) if num.isdigit()]
-    return any(num <= code and (kind == "compute" or num // 10 == cap[0]) for kind, num in archs)
-
-
 def missing_kernels(build: TorchBuild, caps: tuple) -> bool:
     """The kernel probe failed for want of kernels, or the arch list (else the table above) misses a GPU in caps."""
     if any(p in (build.kernel_error or "") for p in NO_KERNEL):
         return True
-    archs = build.arch_list or BUILD_ARCHS.get(build.cuda, ())
+    archs = build.arch_list or builds.kernels_of(build.version, build.cuda)
     return bool(archs and caps) and not all(has_kernels(archs, cap) for cap in caps)
 
 
-def choose_build(driver_cuda: tuple | None, caps: tuple = ()) -> tuple | None:
-    """The CUDA build of torch to install: one with kernels for every GPU in ``caps``, that the driver runs.
-
-    The newest current build the driver supports; else the oldest of the driver's major version, which it runs too
-    (NVIDIA's "minor version compatibility", with a limited feature set: a 12.x build needs a 12.0+ driver, >= 525);
-    for a CUDA 11 driver that is the 11.8 build of torch 2.7. None: no build fits this driver.
-    """
-    fits = [b for b in CURRENT_BUILDS + (LEGACY_BUILD,) if all(has_kernels(BUILD_ARCHS[b], c) for c in caps)]
-    current = [b for b in fits if b in CURRENT_BUILDS]
-    if driver_cuda is None:  # the header was unreadable: the build that asks least of the driver
-        return current[0] if current else None
-    supported = [b for b in current if b <= driver_cuda]
-    if supported:
-        return supported[-1]
-    same_major = [b for b in fits if b[0] == driver_cuda[0]]
-    return min(same_major) if same_major else None
+def choose(driver_cuda: tuple | None, caps: tuple) -> builds.Build | None:
+    """The build to install for this driver and these GPUs, with wheels for the Python running this."""
+    return builds.choose(driver_cuda, caps, sys.version_info[:2])
 
 
-def install_lines(build: tuple, t: dict) -> list:
-    """Uninstall, then install the build: from the official index, or the same from its mirror."""
-    pins = LEGACY_PINS if build == LEGACY_BUILD else "torch torchvision"
-    command = f"    python -m pip install {pins} --index-url {{index}}cu{build[0]}{build[1]}"
-    return [f"    {UNINSTALL}", command.format(index=WHEELS), t["mirror"], command.format(index=MIRROR)]
+def install_lines(build: builds.Build, t: dict) -> list:
+    """Uninstall, then install exactly that build: from PyPI's index, or the same wheels from a mirror."""
+    return [f"    {UNINSTALL}", f"    {build.install()}", t["mirror"], f"    {build.install('nju')}"]
 
 
-def install_steps(build: tuple, driver_cuda: tuple | None, caps: tuple, t: dict) -> tuple:
+def install_steps(build: builds.Build, driver_cuda: tuple | None, caps: tuple, t: dict) -> tuple:
     """Why this build; uninstall, install it, check."""
-    if build == LEGACY_BUILD:
-        why = t["why_legacy"]
-    elif driver_cuda is None:
+    if driver_cuda is None:
         why = t["why_plain"]
     else:
-        why = t["why_runs" if build <= driver_cuda else "why_minor"]
+        why = t["why_runs" if build.cuda <= driver_cuda else "why_minor"]
     driver = dotted(driver_cuda) if driver_cuda else None
-    lines = [t["install"].format(why=why.format(cuda=dotted(build), driver=driver, major=build[0]))]
-    if driver_cuda and build > driver_cuda:
+    lines = [t["install"].format(torch=build.torch, python=build.python, why=why.format(cuda=dotted(build.cuda), driver=driver,
+                                                                     major=build.cuda[0]))]
+    best = choose(R580_CUDA if caps and min(caps) < (7, 5) else (99, 9), caps)  # with the newest driver it can have
+    if best and best.torch != build.torch or driver_cuda and build.cuda > driver_cuda:
         lines.insert(0, t["best_driver"].format(page=DRIVER_PAGE))
-    if build == CURRENT_BUILDS[0] and caps and not all(has_kernels(BUILD_ARCHS[CURRENT_BUILDS[1]], c) for c in caps):
-        lines.append(t["only_build"])
+    elif build.torch != builds.newest():
+        lines.append(t["last_torch"].format(torch=build.torch, newest=builds.newest(), checked=builds.TABLE["checked"]))
     return (*lines, t["remove_first"], *install_lines(build, t), f"    {CHECK}", t["anaconda"])
 
 
 def driver_steps(driver_cuda: tuple | None, caps: tuple, t: dict) -> tuple:
     lines = [t["update_driver"].format(page=DRIVER_PAGE)]
-    build, after = choose_build(driver_cuda, caps), caps and choose_build(R580_CUDA, caps)
+    build, after = choose(driver_cuda, caps), caps and choose(R580_CUDA, caps)
     if build:
-        lines += [t["keep_driver"].format(cuda=dotted(build)), *install_lines(build, t)]
+        lines += [t["keep_driver"].format(cuda=dotted(build.cuda), torch=build.torch), *install_lines(build, t)]
     elif after:
-        lines.append(t["branch_580"].format(cuda=dotted(after)))
+        lines.append(t["branch_580"].format(cuda=dotted(after.cuda)))
     else:
         lines.append(t["too_old_gpu"])
     return tuple(lines)
@@ -235,7 +195,7 @@ def driver_steps(driver_cuda: tuple | None, caps: tuple, t: dict) -> tuple:
 def no_gpu_steps(build: TorchBuild, system: str, machine: str, t: dict) -> tuple:
     lines = [t["cpu_is_fine"], t["free_gpu"]]
     if system == "Darwin" and machine == "arm64":  # MPS needs macOS 14 since torch 2.9 (pytorch/pytorch#162921)
-        lines.append(t["old_macos"])
+        lines.append(t["old_macos"].format(macos=builds.mps_macos(build.version)))
     if build.cuda:
         lines += [t["maybe_driver"], f"    {DRIVER_PAGE}"]
     return tuple(lines)
@@ -244,7 +204,7 @@ def no_gpu_steps(build: TorchBuild, system: str, machine: str, t: dict) -> tuple
 def not_a_cuda_build(build: TorchBuild, smi: NvidiaSmi, system: str, caps: tuple, gpu: str, t: dict) -> Advice:
     """An NVIDIA GPU, and a torch built for the CPU only (or for AMD GPUs)."""
     made = t["made_rocm"].format(hip=build.hip) if build.hip else t["made_cpu"]
-    chosen = choose_build(smi.cuda, caps)
+    chosen = choose(smi.cuda, caps)
     if chosen is None:
         cuda = f"CUDA {dotted(smi.cuda)}" if smi.cuda else t["cuda_unknown"]
         return Advice(CASE_DRIVER_TOO_OLD, t["driver_too_old"].format(made=made, driver=smi.driver, cuda=cuda, gpu=gpu),
@@ -292,7 +252,7 @@ def advise(build: TorchBuild, smi, system: str = "", machine: str = "", visible:
     gpu = gpu_label(found.gpus[0], caps[0] if caps else None, t) if found else t["gpu"]
     if build.cuda and missing_kernels(build, caps):
         driver_cuda = found.cuda if found else None
-        chosen = choose_build(driver_cuda, caps)
+        chosen = choose(driver_cuda, caps)
         steps = install_steps(chosen, driver_cuda, caps, t) if chosen else driver_steps(driver_cuda, caps, t)
         return Advice(CASE_NO_KERNELS, t["no_kernels"].format(cuda=dotted(build.cuda), gpu=gpu), steps)
     if build.cuda_available and not build.kernel_error:
