@@ -13,17 +13,25 @@ import torch
 
 import tudui
 
+NO_TENSOR_CORES = ("GTX 16", "MX450", "MX550")  # compute capability 7.5 without tensor cores
 
-def autocast_dtype(device) -> torch.dtype:
-    """The reduced precision ``torch.autocast`` should use on ``device``.
+
+def autocast_dtype(device) -> torch.dtype | None:
+    """The reduced precision ``torch.autocast`` should use on ``device``; None: none pays, train in fp32.
 
     bf16 only where the hardware has it: CUDA compute capability 8.0 (Ampere) and newer.
     ``torch.cuda.is_bf16_supported()`` also says True on a T4 (7.5), where bf16 is emulated
-    and slow, so the capability of the device passed in decides. Older GPUs and MPS: fp16.
+    and slow, so the capability of the device passed in decides. fp16 on 7.x GPUs with tensor
+    cores and on MPS. None below 7.0 (Pascal runs fp16 at a fraction of fp32's speed) and on
+    GTX 16xx and MX450/MX550 (7.5 without tensor cores, where fp16 training has long-open NaN reports).
     """
     device = torch.device(device)
     if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.get_device_capability(device) >= (8, 0) else torch.float16
+        capability = torch.cuda.get_device_capability(device)
+        if capability >= (8, 0):
+            return torch.bfloat16
+        slow = capability < (7, 0) or any(n in torch.cuda.get_device_name(device) for n in NO_TENSOR_CORES)
+        return None if slow else torch.float16
     if device.type == "mps":
         return torch.float16
     return torch.bfloat16  # cpu, xpu

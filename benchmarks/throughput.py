@@ -40,7 +40,7 @@ SIZES = {
                                  matmul_s=1.0),
 }
 LOOP_TARGET = 0.95
-SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16", None: "fp32"}  # None: autocast does not pay there
 
 
 class UsageError(Exception):
@@ -138,7 +138,7 @@ def run(device: torch.device, quick: bool, data_source=None, root="data") -> dic
     found = "synthetic" if tudui.is_synthetic(train_set) else "cifar10"  # say "not found" once only
     loop_set = tudui.cifar10(True, root, found, limit=size["loop_images"])
     amp = harness.autocast_dtype(device)
-    results = header(device, size, quick, train_set, loop_set, [torch.float32] + [amp] * accelerator)
+    results = header(device, size, quick, train_set, loop_set, [torch.float32] + [amp] * (accelerator and amp is not None))
 
     batches = list(tudui.ResidentLoader(loop_set, 64, device, shuffle=False))
     runs = loop_runs(batches, device)

@@ -87,11 +87,15 @@ def test_loader_runs_share_the_lessons_loop(tiny_set):
 
 # --- autocast dtype and GradScaler ------------------------------------------------------------------
 
-@pytest.mark.parametrize("capability, dtype", [((7, 5), torch.float16), ((8, 0), torch.bfloat16),
-                                               ((9, 0), torch.bfloat16)])
-def test_bf16_only_where_the_gpu_has_it(monkeypatch, capability, dtype):
+@pytest.mark.parametrize("capability, name, dtype", [
+    ((7, 5), "Tesla T4", torch.float16), ((8, 0), "A100", torch.bfloat16), ((9, 0), "H100", torch.bfloat16),
+    ((6, 1), "NVIDIA GeForce GTX 1060", None),                        # fp16 far slower than fp32: no autocast
+    ((7, 5), "NVIDIA GeForce GTX 1650", None), ((7, 5), "NVIDIA GeForce MX450", None),  # no tensor cores
+])
+def test_bf16_only_where_the_gpu_has_it_and_fp16_only_where_it_pays(monkeypatch, capability, name, dtype):
     asked = []
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: asked.append(device) or capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # true on a T4 too: emulation
     assert harness.autocast_dtype("cuda:1") == dtype
     assert asked == [torch.device("cuda", 1)]  # the device passed in decides, not the current one
