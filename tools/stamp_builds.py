@@ -17,12 +17,12 @@ from tudui.cli import builds, doctor
 ROOT = Path(__file__).resolve().parent.parent
 READMES = {ROOT / "README.md": "en", ROOT / "README.zh.md": "zh"}
 LESSONS = {ROOT / "notebooks" / "00-your-machine.ipynb": "en", ROOT / "notebooks" / "zh" / "00-your-machine.ipynb": "zh"}
-MARKED = re.compile(r"(<!-- builds -->\n).*?(\n<!-- /builds -->)", re.S)
+MARKED = re.compile(r"(<!-- builds -->\n)(?:.*?\n)?(<!-- /builds -->)", re.S)
 
 
 def stamped(text: str, lang: str) -> str:
     """``text`` with the table of ``lang`` between its markers (unchanged without markers)."""
-    return MARKED.sub(lambda m: m.group(1) + builds.table(doctor.texts(lang)) + m.group(2), text)
+    return MARKED.sub(lambda m: m.group(1) + builds.table(doctor.texts(lang)) + "\n" + m.group(2), text)
 
 
 def stamp_lessons() -> None:

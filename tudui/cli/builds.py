@@ -134,4 +134,8 @@ def table(t: dict) -> str:
                 last = t["table_last"] if build.torch != newest() else ""
                 cells.append(f"`{build.torch}` {build.variant}{last}")
         rows.append(cells)
-    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+    pairs = sorted({b for builds in releases() for b in builds if f"`{b.torch}`" in str(rows)},
+                   key=lambda b: release_key(b.torch), reverse=True)
+    paired = ", ".join(dict.fromkeys(f"`torch=={b.torch} torchvision=={b.torchvision}`" for b in pairs))
+    table = "\n".join("| " + " | ".join(row) + " |" for row in rows)
+    return f"{table}\n\n{t['table_pairs'].format(pairs=paired, checked=TABLE['checked'])}"
