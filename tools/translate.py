@@ -28,7 +28,7 @@ from recordings import source_sha
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 LANG = 'lang="zh"'
 # calls that print for the learner: the Chinese edition passes them LANG
-LANG_CALLS = ("show_recorded", "doctor.run", "doctor.advise", "doctor.describe_build", "doctor.describe_smi")
+LANG_CALLS = ("set_language", "show_recorded", "doctor.run", "doctor.advise", "doctor.describe_build", "doctor.describe_smi")
 CLI_LANG = ', "--lang", "zh"'  # and the doctor's command line, [..., "tudui", "doctor"], gets its --lang
 # calls whose string arguments are printed text: {name: (first positional argument printed, keywords printed)}
 MESSAGE_CALLS = {"print": (0, ()), "show_recorded": (2, ("on_gpu",))}

@@ -30,8 +30,8 @@ def check_lang(lang) -> str:
     return lang
 
 
-def set_language(lang: str) -> None:
-    """Print, raise and label in ``lang`` ("en" or "zh") from now on, in this process."""
+def set_language(lang: str = "en") -> None:
+    """Print, raise and label in ``lang`` ("en" or "zh") from now on, in this process (the Chinese lessons pass "zh")."""
     _chosen[:] = [check_lang(lang)]
 
 
