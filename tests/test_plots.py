@@ -106,8 +106,4 @@ def test_the_predictions_name_the_classes_in_chinese(drawn, monkeypatch):
 ])
 def test_the_cjk_font_is_the_first_of_the_list_that_matplotlib_finds(monkeypatch, fonts, chosen):
     monkeypatch.setattr(matplotlib.font_manager.fontManager, "ttflist", [SimpleNamespace(name=f) for f in fonts])
-    plots.cjk_font.cache_clear()
-    try:
-        assert plots.cjk_font() == chosen
-    finally:
-        plots.cjk_font.cache_clear()
+    assert plots.cjk_font() == chosen

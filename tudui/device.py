@@ -109,8 +109,7 @@ def describe_devices() -> str:
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
-            lines.append(say("device.cuda", index=i, name=p.name, gib=p.total_memory / 2**30,
-                             cap=f"{p.major}.{p.minor}"))
+            lines.append(say("device.cuda", index=i, p=p, gib=p.total_memory / 2**30))
     else:
         lines.append(say("device.cuda_missing", problem=_cuda_problem(None)))
     lines.append(say("device.mps_available" if torch.backends.mps.is_available() else "device.mps_missing"))

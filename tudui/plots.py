@@ -1,7 +1,5 @@
 """Pictures a learner would rather look at than read, labelled in the language in force (English where no font
 here has Chinese: never empty boxes). A title or y label may be given per language: ``{"en": ..., "zh": ...}``."""
-from functools import cache
-
 import torch
 
 from .text import language, say
@@ -10,11 +8,11 @@ CJK_FONTS = ("Noto Sans CJK SC", "Source Han Sans SC", "Microsoft YaHei", "SimHe
              "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Noto Sans CJK JP", "Source Han Sans", "Heiti SC")
 
 
-@cache
 def cjk_font() -> str | None:
-    """The first of CJK_FONTS that matplotlib's font manager knows, or None."""
+    """The first of CJK_FONTS that matplotlib's font manager knows (it caches what it found), or None."""
     from matplotlib.font_manager import fontManager
-    return next((name for name in CJK_FONTS if name in {font.name for font in fontManager.ttflist}), None)
+    known = {font.name for font in fontManager.ttflist}
+    return next((name for name in CJK_FONTS if name in known), None)
 
 
 def plot_language() -> str:
@@ -28,12 +26,10 @@ def _pick(text, lang):
 
 
 def _show(fig, lang):
-    """Lay out and show ``fig``; Chinese text gets the CJK font (other fonts after it, for the rest)."""
+    """Lay out and show ``fig``; Chinese text gets the CJK font (then the default ones, for the rest)."""
     import matplotlib.pyplot as plt
-    from matplotlib.text import Text
-    if lang == "zh":
-        for text in fig.findobj(Text):
-            text.set_fontfamily([cjk_font(), "sans-serif"])
+    for text in fig.findobj(plt.Text) if lang == "zh" else []:
+        text.set_fontfamily([cjk_font(), "sans-serif"])
     fig.tight_layout()
     plt.show()
 

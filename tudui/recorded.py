@@ -27,8 +27,7 @@ def show_recorded(notebook: str, key: str, on_gpu: str = "", lang: str | None = 
     if entry is None:
         print(say("recorded.placeholder", lang, on_gpu=on_gpu) if on_gpu else say("recorded.none", lang))
         return
-    settings = entry.get("settings")  # e.g. "quick sizes, synthetic data"
-    settings = say("recorded.comma", lang) + settings if settings else ""
+    settings = say("recorded.comma", lang) + entry["settings"] if entry.get("settings") else ""  # e.g. "quick sizes"
     print(say("recorded.recorded", lang, device=entry["device"], torch=entry["torch"], date=entry["date"],
               settings=settings))
     text = "".join(entry["outputs"])

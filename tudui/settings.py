@@ -16,9 +16,9 @@ AUTODL_DATA_DISK = "/root/autodl-tmp"  # every AutoDL instance's data disk (auto
 def host() -> str | None:
     """Which notebook host runs this: "colab", "kaggle", "autodl", "modelscope", or None anywhere else.
 
-    Colab loads ``google.colab`` into every notebook; a Kaggle notebook sets $KAGGLE_KERNEL_RUN_TYPE and
-    has /kaggle/working; an AutoDL instance sets $AutoDLContainerUUID in its containers and has its data disk
-    /root/autodl-tmp; ModelScope's notebooks (Alibaba's PAI-DSW, which looks the same) work in /mnt/workspace.
+    Colab loads ``google.colab`` into every notebook; Kaggle sets $KAGGLE_KERNEL_RUN_TYPE and has /kaggle/working;
+    AutoDL sets $AutoDLContainerUUID and has its data disk; ModelScope's notebooks (Alibaba's PAI-DSW, which
+    looks the same) work in /mnt/workspace.
     """
     if "google.colab" in sys.modules:
         return "colab"
