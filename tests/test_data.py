@@ -2,6 +2,8 @@
 import os
 import pickle
 import socket
+import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -107,6 +109,12 @@ def test_is_synthetic_and_describe_data():
     assert not is_synthetic(object())
 
 
+def test_describe_data_in_chinese(monkeypatch):
+    monkeypatch.setenv("TUDUI_LANG", "zh")
+    assert describe_data(cifar10(True, source="synthetic", limit=3000)) == "代替 CIFAR-10 的合成数据，训练集，3,000 张图片"
+    assert describe_data(cifar10(False, source="synthetic", limit=5)) == "代替 CIFAR-10 的合成数据，测试集，5 张图片"
+
+
 @pytest.mark.parametrize("limit", [0, -3, 2.5, "10", True])
 def test_limit_must_be_a_positive_whole_number(limit):
     with pytest.raises(DataError, match="limit must be a positive whole number of images, got"):
@@ -157,22 +165,70 @@ def test_cifar10_missing_raises_with_instructions(tmp_path, no_download):
     assert len(no_download) == 1  # it did try, once
 
 
-def test_auto_falls_back_to_synthetic_in_one_line(tmp_path, no_download, capsys):
-    ds = cifar10(True, root=str(tmp_path), source="auto", limit=50, seed=3)
+def test_a_quick_run_says_the_download_then_falls_back_to_synthetic_in_one_line(tmp_path, no_download, capsys):
+    ds = cifar10(True, root=str(tmp_path), source="auto", limit=50, seed=3)  # quick: $TUDUI_QUICK=1 in the tests
     assert is_synthetic(ds) and len(ds) == 50
     assert np.array_equal(ds.data, SyntheticCIFAR10(True, size=50, seed=3).data)
     out, err = capsys.readouterr()
     assert out == ""
-    lines = err.strip().splitlines()
-    assert len(lines) == 1
-    assert "synthetic" in lines[0] and "train" in lines[0] and "no network in the tests" in lines[0]
+    announced, fallback = err.strip().splitlines()
+    assert announced == (f"CIFAR-10 is not in {str(tmp_path)!r}: downloading it there (about 170 MB from "
+                         f"www.cs.toronto.edu; the download stops if no data arrives for {DOWNLOAD_TIMEOUT_S} s)")
+    assert fallback.endswith(": using the synthetic stand-in for the train set")
+    assert fallback.startswith("CIFAR-10 (train) is not in") and "no network in the tests" in fallback
 
 
 def test_tudui_data_auto_falls_back_too(tmp_path, no_download, monkeypatch, capsys):
     monkeypatch.setenv("TUDUI_DATA", "auto")
     ds = cifar10(False, root=str(tmp_path), limit=5)
     assert is_synthetic(ds) and not ds.train
-    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("using the synthetic stand-in for the test set")
+
+
+def test_a_quick_run_falls_back_in_chinese(tmp_path, no_download, capsys, monkeypatch):
+    monkeypatch.setenv("TUDUI_LANG", "zh")
+    ds = cifar10(False, root=str(tmp_path), source="auto", limit=5)
+    assert is_synthetic(ds)
+    announced, fallback = capsys.readouterr().err.strip().splitlines()
+    assert announced.startswith(f"{str(tmp_path)!r} 里没有 CIFAR-10：现在把它下载到那里（约 170 MB")
+    assert fallback.endswith("：测试集改用合成数据") and "里没有 CIFAR-10（测试集），也没能下载" in fallback
+
+
+def test_an_archive_in_root_is_extracted_without_a_download_announcement(tmp_path, no_download, capsys):
+    (tmp_path / "cifar-10-python.tar.gz").write_bytes(b"")  # torchvision checks and extracts it (here: the stub)
+    cifar10(True, root=str(tmp_path), source="auto", limit=5)
+    assert "170 MB" not in capsys.readouterr().err and len(no_download) == 1
+
+
+@pytest.mark.parametrize("how", ["TUDUI_QUICK=0", "full=True"])
+def test_a_full_size_run_never_falls_back_to_synthetic(tmp_path, no_download, monkeypatch, how):
+    """On a paid or rationed GPU, a full run on fake data would waste it: it stops and says what to do."""
+    if how == "TUDUI_QUICK=0":
+        monkeypatch.setenv("TUDUI_QUICK", "0")
+    with pytest.raises(DataError) as err:
+        cifar10(True, root=str(tmp_path), source="auto", **({"full": True} if how == "full=True" else {}))
+    msg = str(err.value)
+    assert msg.startswith(f"CIFAR-10 (train) is not in {str(tmp_path)!r} and could not be downloaded (no network")
+    assert f"put the course's cifar-10-batches-py folder (or cifar-10-python.tar.gz as downloaded) into " \
+           f"{str(tmp_path)!r}" in msg
+    assert "TUDUI_QUICK=1 for quick mode" in msg and "%env TUDUI_QUICK=1" in msg
+    assert "\n" not in msg
+
+
+def test_full_false_keeps_the_stand_in_even_where_quick_mode_says_full(tmp_path, no_download, monkeypatch):
+    monkeypatch.setenv("TUDUI_QUICK", "0")
+    assert is_synthetic(cifar10(True, root=str(tmp_path), source="auto", limit=5, full=False))
+
+
+def test_the_full_size_stop_is_in_chinese(tmp_path, no_download, monkeypatch):
+    monkeypatch.setenv("TUDUI_QUICK", "0")
+    monkeypatch.setenv("TUDUI_LANG", "zh")
+    with pytest.raises(DataError) as err:
+        cifar10(False, root=str(tmp_path), source="auto")
+    msg = str(err.value)
+    assert msg.startswith(f"{str(tmp_path)!r} 里没有 CIFAR-10（测试集），也没能下载（no network in the tests）")
+    assert f"完整规模的运行不会改用合成数据：请把课程用的 cifar-10-batches-py 文件夹" in msg
+    assert "设置 TUDUI_QUICK=1，改用快速模式" in msg
 
 
 @pytest.fixture
@@ -220,10 +276,29 @@ def test_the_download_gives_up_on_a_silent_network(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tv_cifar, "download_and_extract_archive", stalled)
     before = socket.getdefaulttimeout()
-    with pytest.raises(DataError, match=r"could not be downloaded \(timed out\)"):
+    with pytest.raises(DataError, match=rf"could not be downloaded \(the download stalled: no data for "
+                                        rf"{DOWNLOAD_TIMEOUT_S} s \(DOWNLOAD_TIMEOUT_S\)\)"):
         cifar10(True, root=str(tmp_path), source="cifar10")
     assert seen == [DOWNLOAD_TIMEOUT_S] and 0 < DOWNLOAD_TIMEOUT_S <= 60
     assert socket.getdefaulttimeout() == before
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_proxy_that_never_answers_ends_the_download_at_the_stated_limit(tmp_path, monkeypatch, capsys, scheme):
+    """The real download code, through a proxy that takes the connection and then says nothing."""
+    silent = socket.create_server(("127.0.0.1", 0))  # listens, never accepts: connects succeed, reads wait
+    monkeypatch.setattr(tudui.data, "DOWNLOAD_TIMEOUT_S", 1)
+    monkeypatch.setattr(tv_cifar.CIFAR10, "url", f"{scheme}://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz")
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{silent.getsockname()[1]}")
+    for name in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(urllib.request, "_opener", None)  # urlopen reads the proxy settings into it once
+    start = time.monotonic()
+    with silent, pytest.raises(DataError, match=r"the download stalled: no data for 1 s"):
+        cifar10(True, root=str(tmp_path), source="cifar10")
+    assert time.monotonic() - start < 10
+    assert "the download stops if no data arrives for 1 s" in capsys.readouterr().err
 
 
 def test_damaged_files_are_named_not_blamed_on_the_network(fake_cifar10_root, no_download, monkeypatch):

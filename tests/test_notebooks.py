@@ -149,9 +149,10 @@ def test_second_cell_is_the_setup_cell(name):
     setup = SETUP_ZH if edition(name) == "zh" else SETUP
     check(cell.cell_type == "code" and cell.source == setup, f"{at}: the second cell must be the setup cell; {STAMP}")
     check(is_compared(cell), f"{at}: the setup cell's output must be compared (it is one fixed line)")
-    printed = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
-    check(printed == "tudui is installed\n", f"{at}: in the test configuration it prints 'tudui is installed', "
-                                              f"not {printed!r}; run tools/execute_notebooks.py on the notebook")
+    printed, expected = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream"), \
+        WORDS[edition(name)]["setup_prints"]
+    check(printed == expected, f"{at}: in the test configuration it prints {expected!r}, not {printed!r}; "
+                               "run tools/execute_notebooks.py on the notebook")
 
 
 def test_setup_cell_never_lets_pip_replace_torch():
@@ -269,7 +270,7 @@ def test_stamping_links_the_editions_and_keeps_a_translation_in_step(tmp_path, c
     assert f"({colab_url('zh/02-b.ipynb')})" in zh2.cells[0].source
     assert zh2.cells[0].metadata["zh"]["en_sha"] == source_sha(en2.cells[0].source)  # only the nav changed
     assert [c.source for c in zh2.cells[1:]] == [SETUP_ZH, "QUICK = True"]
-    assert [o.text for o in zh2.cells[1].outputs] == ["tudui is installed\n"]
+    assert [o.text for o in zh2.cells[1].outputs] == ["tudui 已经装好了\n"]
     rows = readme.read_text(encoding="utf-8").splitlines()
     assert rows[0].endswith("| Binder | English |") and rows[1] == "|---|---|---|---|---|---|---|"
     assert rows[2] == f"| 01 | [甲](notebooks/01-a.ipynb) | 一 | {' | '.join(badges('01-a.ipynb'))} | [English](notebooks/01-a.ipynb) |"

@@ -248,8 +248,16 @@ def test_a_placeholder_is_in_the_notebooks_language(one_recording, capsys, lang,
 def test_an_unknown_language_is_one_clear_error(one_recording, capsys):
     with pytest.raises(ValueError) as error:
         show_recorded("99-fixture", "k", lang="cn")
-    assert str(error.value) == "lang must be one of ['en', 'zh'] (the notebook's language), not 'cn'"
+    assert str(error.value) == "language must be one of en, zh, not 'cn'"
     assert capsys.readouterr().out == ""
+
+
+def test_without_lang_the_label_follows_the_language_in_force(one_recording, capsys, monkeypatch):
+    monkeypatch.setenv("TUDUI_LANG", "zh")
+    show_recorded("99-fixture", "no such key", "GPU 的那一行。")
+    show_recorded("99-fixture", "no such key", "the GPU line.", lang="en")  # a lang given still wins
+    assert capsys.readouterr().out == "这里没有 GPU。在 GPU 上，这个单元格会显示：GPU 的那一行。\n" \
+                                      "No GPU here. On a GPU this cell shows the GPU line.\n"
 
 
 @pytest.mark.parametrize("notebook", sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb")), ids=lambda p: p.name)

@@ -1,4 +1,5 @@
 """quick_mode(): quick unless a GPU and real CIFAR-10 on disk make the full lessons worth it; host()."""
+import os
 import sys
 
 import pytest
@@ -89,6 +90,8 @@ def nowhere(monkeypatch, tmp_path):
     monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
     monkeypatch.setattr(settings, "KAGGLE_WORKING", tmp_path / "kaggle" / "working")
     monkeypatch.setattr(settings, "MODELSCOPE_WORKSPACE", tmp_path / "mnt" / "workspace")
+    monkeypatch.delenv("AutoDLContainerUUID", raising=False)
+    monkeypatch.setattr(settings, "AUTODL_DATA_DISK", str(tmp_path / "root" / "autodl-tmp"))
     return tmp_path
 
 
@@ -111,3 +114,34 @@ def test_kaggle_needs_its_variable_and_its_output_folder(nowhere, monkeypatch):
 def test_modelscope_is_its_workspace_folder(nowhere):
     settings.MODELSCOPE_WORKSPACE.mkdir(parents=True)
     assert host() == "modelscope"
+
+
+def test_autodl_is_its_container_variable(nowhere, monkeypatch):
+    monkeypatch.setenv("AutoDLContainerUUID", "a1b2c3d4")
+    assert host() == "autodl"
+
+
+def test_autodl_is_its_data_disk(nowhere):
+    (nowhere / "root" / "autodl-tmp").mkdir(parents=True)
+    assert host() == "autodl"
+
+
+def test_a_closed_root_folder_is_no_autodl_and_no_error(nowhere, monkeypatch):
+    """As an ordinary user /root cannot be looked into: that is not AutoDL, and not an error either."""
+    monkeypatch.setattr(settings, "AUTODL_DATA_DISK", "/root/autodl-tmp")
+    real_stat = os.stat
+
+    def stat(path, *args, **kwargs):
+        if str(path).startswith("/root/"):
+            raise PermissionError(13, "Permission denied", path)
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+    assert host() is None
+
+
+def test_a_paid_autodl_gpu_runs_full_size(machine, monkeypatch, nowhere):
+    machine(accelerator=True, on_disk=False)
+    monkeypatch.setattr(settings, "host", host)  # the real one: machine() pretends there is no host
+    monkeypatch.setenv("AutoDLContainerUUID", "a1b2c3d4")
+    assert quick_mode() is False

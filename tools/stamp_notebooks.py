@@ -32,13 +32,13 @@ NAV_START, NAV_END = "<!-- nav -->", "<!-- /nav -->"
 SETUP_MARK = "# Setup:"
 SETUP_MARK_ZH = "# 设置："
 EARLIER_MARKS = ("# Colab setup", "# Colab 设置")  # setup cells stamped before, replaced in place
-SETUP_PRINTS = "tudui is installed\n"  # what the setup cell prints where tudui is installed (the test configuration)
 DEFAULT_SOURCE = f"git+https://github.com/{REPO}@{BRANCH}"
 
 SETUP = f'''{SETUP_MARK} installs the lessons' package `tudui` where it is missing (Colab, Kaggle, ...); never torch.
 # GitHub slow or blocked? Set TUDUI_SOURCE to another git URL, a folder or a downloaded ZIP (notebook 05).
 import importlib.metadata, importlib.util, os, subprocess, sys, tempfile
 SOURCE = os.environ.get("TUDUI_SOURCE") or "{DEFAULT_SOURCE}"
+os.environ["TUDUI_LANG"] = "en"             # tudui prints, raises and plots in English in this lesson
 
 def install_tudui(source):
     if importlib.util.find_spec("tudui"):
@@ -57,27 +57,42 @@ def install_tudui(source):
     if pip.returncode:
         lines = pip.stderr.strip().splitlines() or ["pip failed"]
         why = ([line for line in lines if line.startswith("ERROR")] or lines)[-1]
-        return f"could not install tudui from {{source}}: {{why}}. Check the internet or TUDUI_SOURCE (notebook 05)"
+        return (f"could not install tudui from {{source}}: {{why}}\\n"
+                "No GitHub here? Get the repository's ZIP from anyone who has it, unpack it, put "
+                "%env TUDUI_SOURCE=<the unpacked folder> in a cell above this one and run both (notebook 05)")
     importlib.invalidate_caches()           # so that `import tudui` finds it in this kernel
     return f"installed tudui from {{source}}; torch {{torch_version}} kept"
 
 print(install_tudui(SOURCE))'''
 
-COMMENTS_ZH = {  # the setup cell's comments in the Chinese edition; its code is the English code
+ZH = {  # the Chinese setup cell: the English code, its comments and what it prints in Chinese
     f"{SETUP_MARK} installs the lessons' package `tudui` where it is missing (Colab, Kaggle, ...); never torch.":
         f"{SETUP_MARK_ZH}在缺少课程的包 `tudui` 的地方（Colab、Kaggle 等）安装它；从不安装 torch。",
     "# GitHub slow or blocked? Set TUDUI_SOURCE to another git URL, a folder or a downloaded ZIP (notebook 05).":
         "# GitHub 很慢或者打不开？把 TUDUI_SOURCE 设成别的 git 地址、一个文件夹或下载的 ZIP（第 05 课）。",
+    'os.environ["TUDUI_LANG"] = "en"             # tudui prints, raises and plots in English in this lesson':
+        'os.environ["TUDUI_LANG"] = "zh"             # 这一课里 tudui 打印的信息、报的错和画的图都用中文',
+    '"tudui is installed"': '"tudui 已经装好了"',
+    '"torch is missing: install it first (notebook 00), then run this cell again"':
+        '"还没有安装 torch：请先安装它（第 00 课），再运行这个单元格"',
     "# a folder or a ZIP here": "# 本机上的文件夹或 ZIP",
     "# pip may add what tudui needs, but no other torch": "# pip 可以装 tudui 需要的包，但不能换掉 torch",
+    '["pip failed"]': '["pip 没有成功"]',
+    'f"could not install tudui from {source}: {why}\\n"': 'f"没能从 {source} 安装 tudui：{why}\\n"',
+    '"No GitHub here? Get the repository\'s ZIP from anyone who has it, unpack it, put "':
+        '"连不上 GitHub？找有这个仓库 ZIP 的人要一份，解压，在这个单元格上面加一个单元格写上 "',
+    '"%env TUDUI_SOURCE=<the unpacked folder> in a cell above this one and run both (notebook 05)")':
+        '"%env TUDUI_SOURCE=<解压出来的文件夹>，再依次运行这两个单元格（第 05 课）")',
     "# so that `import tudui` finds it in this kernel": "# 让这个内核里的 `import tudui` 找得到它",
+    'f"installed tudui from {source}; torch {torch_version} kept"':
+        'f"已从 {source} 安装 tudui；torch {torch_version} 保持不变"',
 }
 
 
 def translated_setup():
     source = SETUP
-    for english, chinese in COMMENTS_ZH.items():
-        assert source.count(english) == 1, f"the setup cell has no comment {english!r}"
+    for english, chinese in ZH.items():
+        assert source.count(english) == 1, f"the setup cell has no {english!r}"
         source = source.replace(english, chinese)
     return source
 
@@ -91,8 +106,10 @@ BADGES = {
 }
 # The words of each edition: badge text, the README link of the first and last lesson, the twin's link.
 WORDS = {
-    "en": {"open": "Open in {}", "readme": ("README", "../README.md"), "twin": "中文", "setup": SETUP},
-    "zh": {"open": "在 {} 中打开", "readme": ("课程目录", "../../README.zh.md"), "twin": "English", "setup": SETUP_ZH},
+    "en": {"open": "Open in {}", "readme": ("README", "../README.md"), "twin": "中文", "setup": SETUP,
+           "setup_prints": "tudui is installed\n"},  # what it prints where tudui is installed (the test configuration)
+    "zh": {"open": "在 {} 中打开", "readme": ("课程目录", "../../README.zh.md"), "twin": "English", "setup": SETUP_ZH,
+           "setup_prints": "tudui 已经装好了\n"},
 }
 
 
@@ -154,7 +171,7 @@ def stamp(path: Path, name, prev, nxt, twin=None, english_head=None) -> bool:
     if english_head and en_sha == source_sha(english_head[0]) != source_sha(english_head[1]):
         head.metadata["zh"]["en_sha"] = source_sha(english_head[1])  # still in step: only the nav changed
         changed = True
-    changed |= stamp_setup(nb, WORDS[edition(name)]["setup"])
+    changed |= stamp_setup(nb, WORDS[edition(name)]["setup"], WORDS[edition(name)]["setup_prints"])
     kernelspec = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
     if nb.metadata.get("kernelspec") != kernelspec:
         nb.metadata["kernelspec"], changed = kernelspec, True
@@ -163,8 +180,8 @@ def stamp(path: Path, name, prev, nxt, twin=None, english_head=None) -> bool:
     return changed
 
 
-def stamp_setup(nb, source) -> bool:
-    """Make the second cell the setup cell, with what it prints in the test configuration."""
+def stamp_setup(nb, source, prints) -> bool:
+    """Make the second cell the setup cell, with what it ``prints`` in the test configuration."""
     setup = nb.cells[1] if len(nb.cells) > 1 else None
     marks = (SETUP_MARK, SETUP_MARK_ZH, *EARLIER_MARKS)
     if setup is None or not (setup.cell_type == "code" and setup.source.startswith(marks)):
@@ -173,7 +190,7 @@ def stamp_setup(nb, source) -> bool:
     elif setup.source == source:
         return False
     setup.source = source
-    setup.outputs = [nbformat.v4.new_output("stream", name="stdout", text=SETUP_PRINTS)]
+    setup.outputs = [nbformat.v4.new_output("stream", name="stdout", text=prints)]
     return True
 
 

@@ -10,9 +10,10 @@ from torchvision.datasets import CIFAR10
 from torchvision.transforms import ToTensor
 
 from .synthetic import CLASSES, SyntheticCIFAR10
+from .text import say
 
 SOURCES = ("auto", "cifar10", "synthetic")
-DOWNLOAD_TIMEOUT_S = 30  # a firewall that drops packets would otherwise stall the download for minutes
+DOWNLOAD_TIMEOUT_S = 30  # a download with no data for this long stops (a dead proxy would stall it for good)
 
 
 class DataError(RuntimeError):
@@ -23,7 +24,7 @@ def default_source() -> str:
     """The data source to use when none is given: $TUDUI_DATA, else "auto"."""
     source = os.environ.get("TUDUI_DATA", "auto").strip().lower() or "auto"
     if source not in SOURCES:
-        raise DataError(f"TUDUI_DATA={source!r} is not a data source; use one of {', '.join(SOURCES)}")
+        raise DataError(say("data.bad_env", source=source, sources=", ".join(SOURCES)))
     return source
 
 
@@ -34,46 +35,48 @@ def cifar10_on_disk(root="data") -> bool:
     return all(os.path.isfile(os.path.join(folder, name)) for name in names)
 
 
+def _split(train: bool) -> str:
+    return say("split.train" if train else "split.test")
+
+
 def _load_real(train: bool, root: str):
     """Real CIFAR-10 from ``root``, downloading it when it is not there; a DataError says why not."""
     folder = os.path.join(root, CIFAR10.base_folder)
     if os.path.isdir(folder) and not os.access(folder, os.R_OK | os.X_OK):
-        raise DataError(f"cannot read {folder!r}: permission denied; fix its permissions or choose another root")
+        raise DataError(say("data.unreadable_folder", path=folder))
     try:
         return CIFAR10(root, train=train, transform=ToTensor())
     except PermissionError as exc:
-        raise DataError(f"cannot read {exc.filename!r}: permission denied; fix its permissions") from None
+        raise DataError(say("data.unreadable", path=exc.filename)) from None
     except RuntimeError:  # a file is missing or fails its checksum: download (or re-extract the archive)
         damaged = os.path.isdir(folder)
+    if not os.path.isfile(os.path.join(root, CIFAR10.filename)):
+        print(say("data.download", root=os.path.abspath(root), seconds=DOWNLOAD_TIMEOUT_S), file=sys.stderr)
     before = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)  # only while downloading; restored below
+    socket.setdefaulttimeout(DOWNLOAD_TIMEOUT_S)  # for every connect and read, only while downloading
     try:
         return CIFAR10(root, train=train, transform=ToTensor(), download=True)
-    except Exception as exc:  # no network, a timeout, disk full, a bad archive ...
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    except Exception as exc:  # no network, a stall, disk full, a bad archive ...
+        stalled = isinstance(getattr(exc, "reason", exc), TimeoutError)  # urllib's URLError has it as .reason
+        reason = say("data.stalled", seconds=DOWNLOAD_TIMEOUT_S) if stalled else (str(exc) or repr(exc)).splitlines()[0]
     finally:
         socket.setdefaulttimeout(before)
     if damaged:
-        raise DataError(f"CIFAR-10 in {folder!r} is incomplete or damaged (a file is missing or fails its "
-                        f"checksum) and a fresh copy could not be downloaded ({reason}); delete that folder "
-                        f"and download again, or extract cifar-10-python.tar.gz into {root!r} again")
-    raise DataError(f"CIFAR-10 ({'train' if train else 'test'}) is not in {os.path.abspath(root)!r} and could not be "
-                    f"downloaded ({reason}); download cifar-10-python.tar.gz from "
-                    f"https://www.cs.toronto.edu/~kriz/cifar.html and extract it into {root!r}")
+        raise DataError(say("data.damaged", folder=folder, reason=reason, root=root))
+    raise DataError(say("data.missing", split=_split(train), where=os.path.abspath(root), reason=reason, root=root))
 
 
-def cifar10(train=True, root="data", source=None, limit=None, seed=0):
-    """CIFAR-10 with ``ToTensor()``, the course's preprocessing.
+def cifar10(train=True, root="data", source=None, limit=None, seed=0, full=None):
+    """CIFAR-10 with ``ToTensor()``, the course's preprocessing; ``limit``: only its first images.
 
-    source: ``"auto"`` (real CIFAR-10 from ``root``, downloading it if needed, else the synthetic
-    stand-in, said in one line), ``"cifar10"`` (the real set or a DataError), ``"synthetic"``.
-    Default: $TUDUI_DATA or auto. limit: only the first ``limit`` images (at most the whole split).
-    """
+    source: ``"auto"`` (real CIFAR-10 from ``root``, downloaded if needed; without it a quick run takes the
+    synthetic stand-in, said in one line, and a ``full``-size run stops: default ``not quick_mode(root)``),
+    ``"cifar10"`` (the real set or a DataError), ``"synthetic"``; default: $TUDUI_DATA or auto."""
     source = default_source() if source is None else source
     if source not in SOURCES:
-        raise DataError(f"unknown data source {source!r}; use one of {', '.join(SOURCES)}")
+        raise DataError(say("data.bad_source", source=source, sources=", ".join(SOURCES)))
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 1):
-        raise DataError(f"limit must be a positive whole number of images, got {limit!r}")
+        raise DataError(say("data.bad_limit", limit=limit))
     if source != "synthetic":
         try:
             ds = _load_real(train, root)
@@ -82,7 +85,10 @@ def cifar10(train=True, root="data", source=None, limit=None, seed=0):
         except DataError as exc:
             if source == "cifar10":
                 raise
-            print(f"{exc}: using the synthetic stand-in for the {'train' if train else 'test'} set", file=sys.stderr)
+            from .settings import quick_mode  # here: settings imports this module
+            if full or (full is None and not quick_mode(root)):
+                raise DataError(say("data.full_size", problem=exc, where=os.path.abspath(root))) from None
+            print(say("data.fallback", problem=exc, split=_split(train)), file=sys.stderr)
     return SyntheticCIFAR10(train, transform=ToTensor(), size=limit, seed=seed)
 
 
@@ -93,9 +99,8 @@ def is_synthetic(dataset) -> bool:
 
 def describe_data(dataset) -> str:
     """One line naming the data: real CIFAR-10 or the synthetic stand-in."""
-    kind = "synthetic stand-in for CIFAR-10" if is_synthetic(dataset) else "CIFAR-10"
-    split = "train" if getattr(dataset, "train", True) else "test"
-    return f"{kind}, {split} set, {len(dataset):,} images"
+    kind = say("data.synthetic" if is_synthetic(dataset) else "data.cifar10")
+    return say("data.describe", kind=kind, split=_split(getattr(dataset, "train", True)), n=len(dataset))
 
 
 def default_num_workers() -> int:

@@ -7,6 +7,8 @@ import re
 
 import torch
 
+from .text import say
+
 CHOICES = "auto, cpu, cuda, cuda:N, mps, xpu"
 MAX_INDEX = 1023  # far more devices than any machine has; larger numbers are typos
 
@@ -28,12 +30,11 @@ def _parse(want) -> tuple[str, int | None]:
     if isinstance(want, torch.device):
         want = str(want)  # checked like its name, so torch.device("cpu", 1) is refused too
     if not isinstance(want, str):
-        raise DeviceError(f"device must be a string or torch.device, not {type(want).__name__}; "
-                          f"choose one of: {CHOICES}")
+        raise DeviceError(say("device.bad_type", kind=type(want).__name__, choices=CHOICES))
     m = re.fullmatch(r"\s*(cpu|cuda|mps|xpu)(?::(\d{1,4}))?\s*", want.lower())
     index = int(m.group(2)) if m and m.group(2) is not None else None
     if not m or (index is not None and (index > MAX_INDEX or m.group(1) in ("cpu", "mps") and index != 0)):
-        raise DeviceError(f"unknown device {want[:40]!r}; choose one of: {CHOICES}")
+        raise DeviceError(say("device.unknown", want=want[:40], choices=CHOICES))
     return m.group(1), index
 
 
@@ -48,17 +49,15 @@ def _visible_note() -> str:
 def _cuda_problem(index: int | None) -> str | None:
     """Why cuda (or cuda:index) cannot be used here, or None if it can."""
     if torch.version.cuda is None:
-        return (f"this torch ({torch.__version__}) was built without CUDA; "
-                "`python -m tudui doctor` gives the command that installs a CUDA build for your GPU")
+        return say("device.no_cuda_build", version=torch.__version__)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if not torch.cuda.is_available():
         if visible is not None and visible.strip() in ("", "-1"):
-            return f"no CUDA device is visible{_visible_note()}"
-        return ("torch has CUDA but found no usable GPU: no NVIDIA driver or no GPU"
-                f"{_visible_note()}; check `nvidia-smi` (on Colab: Runtime > Change runtime type > GPU)")
+            return say("device.none_visible", note=_visible_note())
+        return say("device.no_gpu", note=_visible_note())
     count = torch.cuda.device_count()
     if index is not None and index >= count:
-        return f"cuda:{index} does not exist: {count} CUDA device(s) visible, cuda:0..cuda:{count - 1}{_visible_note()}"
+        return say("device.no_such_cuda", index=index, count=count, last=count - 1, note=_visible_note())
     return None
 
 
@@ -66,15 +65,15 @@ def _mps_problem() -> str | None:
     if torch.backends.mps.is_available():
         return None
     if torch.backends.mps.is_built():
-        return "this torch has MPS but the machine does not support it (needs Apple silicon and macOS 14 or newer)"
-    return f"this torch was built without MPS (MPS needs a Mac; this is {platform.system()})"
+        return say("device.mps_unsupported")
+    return say("device.no_mps_build", system=platform.system())
 
 
 def _xpu_problem(index: int | None) -> str | None:
     if not torch.xpu.is_available():
-        return "no Intel GPU available to this torch"
+        return say("device.no_xpu")
     count = torch.xpu.device_count()
-    return f"{count} XPU device(s) visible" if index is not None and index >= count else None
+    return say("device.xpu_count", count=count) if index is not None and index >= count else None
 
 
 def pick_device(want="auto") -> torch.device:
@@ -86,7 +85,7 @@ def pick_device(want="auto") -> torch.device:
     problem = {"cpu": lambda: None, "cuda": lambda: _cuda_problem(index), "mps": _mps_problem,
                "xpu": lambda: _xpu_problem(index)}[kind]()
     if problem:
-        raise DeviceError(f"cannot use {kind}{'' if index is None else f':{index}'}: {problem}")
+        raise DeviceError(say("device.cannot_use", device=torch.device(kind, index), problem=problem))
     return torch.device(kind) if kind in ("cpu", "mps") else torch.device(kind, index or 0)
 
 
@@ -99,23 +98,22 @@ def synchronize(device) -> None:
 
 def describe_devices() -> str:
     """A plain-text report of torch's build and every device it can see."""
-    lines = [f"torch {torch.__version__} (CUDA build: {torch.version.cuda or 'no'}), "
-             f"Python {platform.python_version()} on {platform.system()} {platform.machine()}",
-             f"CPU: {os.cpu_count()} logical cores, torch uses {torch.get_num_threads()} threads"]
+    lines = [say("device.torch", version=torch.__version__, cuda=torch.version.cuda or say("device.no"),
+                 python=platform.python_version(), system=platform.system(), machine=platform.machine()),
+             say("device.cpu", cores=os.cpu_count(), threads=torch.get_num_threads())]
     if torch.version.cuda is not None:
         v = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None  # 92400 is 9.24.0
-        lines.append(f"cuDNN: {f'{v // 10000}.{v % 10000 // 100}.{v % 100}' if v else 'not available'}")
+        lines.append(f"cuDNN: {f'{v // 10000}.{v % 10000 // 100}.{v % 100}' if v else say('device.cudnn_missing')}")
     if _visible_note():
         lines.append(f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}")
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
-            lines.append(f"cuda:{i}: {p.name}, {p.total_memory / 2**30:.1f} GiB, "
-                         f"compute capability {p.major}.{p.minor}")
+            lines.append(say("device.cuda", index=i, p=p, gib=p.total_memory / 2**30))
     else:
-        lines.append(f"CUDA: not available ({_cuda_problem(None)})")
-    lines.append(f"MPS (Apple GPU): {'available' if torch.backends.mps.is_available() else 'not available'}")
+        lines.append(say("device.cuda_missing", problem=_cuda_problem(None)))
+    lines.append(say("device.mps_available" if torch.backends.mps.is_available() else "device.mps_missing"))
     if torch.xpu.is_available():
-        lines.append(f"XPU (Intel GPU): {torch.xpu.device_count()} device(s)")
+        lines.append(say("device.xpu", count=torch.xpu.device_count()))
     lines.append(f"pick_device('auto') -> {pick_device('auto')}")
     return "\n".join(lines)

@@ -6,6 +6,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .distributed import sum_across_ranks
+from .text import say
 
 
 def run_epoch(model, loader, loss_fn, device, optimizer=None, progress=True):
@@ -15,7 +16,7 @@ def run_epoch(model, loader, loss_fn, device, optimizer=None, progress=True):
     correct = torch.zeros((), device=device)     # so the CPU never waits for the GPU inside the loop
     images = 0
     start = time.perf_counter()
-    batches = tqdm(loader, desc="test" if optimizer is None else "train", leave=False, disable=not progress)
+    batches = tqdm(loader, say("split.test" if optimizer is None else "split.train"), leave=False, disable=not progress)
     for imgs, targets in batches:
         imgs = imgs.to(device, non_blocking=True)  # asynchronous from pinned memory, else a plain copy
         targets = targets.to(device, non_blocking=True)
@@ -29,7 +30,7 @@ def run_epoch(model, loader, loss_fn, device, optimizer=None, progress=True):
         correct += (outputs.argmax(1) == targets).sum()
         images += len(targets)
     if images == 0:
-        raise ValueError("the loader has no batches: its dataset is empty, or drop_last drops its only batch")
+        raise ValueError(say("loops.no_batches"))
     totals = torch.stack([total_loss, correct, torch.tensor(float(images), device=device)])
     loss_sum, correct_sum, all_images = sum_across_ranks(totals).tolist()  # one read; under torchrun: all ranks
     seconds = time.perf_counter() - start
@@ -85,8 +86,7 @@ def fit(model, train_loader, test_loader, loss_fn, optimizer, device, epochs,
         test = evaluate(model, test_loader, loss_fn, device, progress)
         history.append(epoch, train, test)
         if log:
-            log(f"epoch {epoch}: train loss {train['loss']:.3f}, test loss {test['loss']:.3f}, "
-                f"test accuracy {test['accuracy']:.1%}")
+            log(say("loops.epoch", epoch=epoch, train=train, test=test))
         if on_epoch_end is not None:
             on_epoch_end(epoch, history)
     return history

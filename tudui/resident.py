@@ -6,6 +6,8 @@ import numpy as np
 import torch
 from torch.utils.data import DistributedSampler
 
+from .text import say
+
 
 class ResidentLoader:
     """Iterates (images, targets) batches of a CIFAR10-like dataset (``.data``, ``.targets``) held on ``device``.
@@ -17,7 +19,7 @@ class ResidentLoader:
 
     def __init__(self, dataset, batch_size=64, device="cpu", shuffle=True, seed=0, drop_last=False):
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive whole number, got {batch_size!r}")
+            raise ValueError(say("resident.bad_batch_size", batch_size=batch_size))
         self.device = torch.device(device)
         images = torch.from_numpy(np.ascontiguousarray(dataset.data)).permute(0, 3, 1, 2).contiguous()
         # Divide on the CPU, as ToTensor() does: CUDA turns x / 255 into x * (1/255), off by one ulp at times.

@@ -3,7 +3,9 @@ import numpy as np
 import torchvision
 from PIL import Image
 
-CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+from .text import say
+
+CLASSES = say("data.classes", "en").split(",")  # airplane, automobile, ... truck; in Chinese: say("data.classes", "zh")
 
 
 class SyntheticCIFAR10(torchvision.datasets.VisionDataset):
@@ -36,7 +38,7 @@ class SyntheticCIFAR10(torchvision.datasets.VisionDataset):
         return img, target
 
     def extra_repr(self):
-        return f"Split: {'Train' if self.train else 'Test'} (synthetic stand-in for CIFAR-10)"
+        return f"Split: {'Train' if self.train else 'Test'} ({say('data.synthetic')})"
 
 
 def _class_patterns(seed: int) -> np.ndarray:

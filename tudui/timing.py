@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .device import synchronize
+from .text import say
 
 
 @dataclass
@@ -22,14 +23,14 @@ class Timing:
         return min(self.times)
 
     def __str__(self):
-        return f"{self.median * 1e3:.2f} ms (median of {len(self.times)})"
+        return say("timing.median", ms=self.median * 1e3, n=len(self.times))
 
 
 def measure(fn, device="cpu", repeat=5, warmup=1) -> Timing:
     """Time ``fn()`` on ``device``: ``warmup`` untimed calls, then ``repeat`` timed ones. GPU work is
     asynchronous (the call returns before the kernels run): each timed call is inside a :class:`Stopwatch`."""
     if repeat < 1 or warmup < 0:
-        raise ValueError(f"measure needs repeat >= 1 and warmup >= 0, got repeat={repeat}, warmup={warmup}")
+        raise ValueError(say("timing.bad_repeat", repeat=repeat, warmup=warmup))
     return Timing(interleaved({"fn": fn}, device, rounds=repeat, warmup=warmup)["fn"])  # one run taking turns
 
 
@@ -72,6 +73,5 @@ def speed_ratio(fast, slow) -> float:
     """How many times as fast ``fast`` is as ``slow`` (lists of seconds from one :func:`interleaved`
     call): the median of the round-by-round ratios, so each round compares runs made side by side."""
     if len(fast) != len(slow):
-        raise ValueError(f"speed_ratio pairs rounds: got {len(fast)} and {len(slow)} times; "
-                         "time both in one interleaved() call")
+        raise ValueError(say("timing.unpaired", fast=len(fast), slow=len(slow)))
     return statistics.median(s / f for f, s in zip(fast, slow))
