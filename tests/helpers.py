@@ -19,7 +19,7 @@ def fails_in_one_line(capsys, argv, code=2):
     lines = err.splitlines()
     assert len(lines) == 1, err
     assert "Traceback" not in err and len(lines[0]) < 500
-    assert lines[0].startswith("tudui: error: " if code == 2 else "tudui: ")
+    assert lines[0].startswith(("tudui: error: ", "tudui: 错误：") if code == 2 else "tudui: ")
     assert out == "" or code != 2, out  # a refused command prints nothing else
     return lines[0]
 

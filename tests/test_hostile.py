@@ -518,8 +518,8 @@ def run_tudui(args, cwd, env=None, **kwargs):
                           timeout=SUBPROCESS_TIMEOUT, **kwargs)
 
 
-BUGGY = ("import sys; from tudui import cli; "
-         "cli.predict = lambda args: 1 / 0; sys.exit(cli.main(['predict', '--checkpoint', 'x', 'y']))")
+BUGGY = ("import sys; from tudui.cli import main, prediction; "
+         "prediction.predict = lambda args: 1 / 0; sys.exit(main(['predict', '--checkpoint', 'x', 'y']))")
 
 
 @pytest.mark.parametrize("debug", [False, True])
@@ -706,6 +706,7 @@ def test_memory_bombs_are_refused_before_allocating(capsys, here, good, kind):
 
 MEASURE_BOMBS = """
 import resource, sys
+import torch  # the tool imports it inside its boundary: not part of what a file costs
 from tudui.cli import main
 start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 codes = [main(["predict", "--checkpoint", name, "x.png"]) for name in sys.argv[1:]]
@@ -918,19 +919,44 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("rank, world", [(0, "2"), (1, "2"), (0, "99999999999999999999")])
-def test_a_launch_with_no_peers_gives_up_in_time_and_says_on_what(capsys, here, monkeypatch, rank, world):
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("rank, world, addr", [(0, "2", "127.0.0.1"), (1, "2", "127.0.0.1"),
+                                               (0, "99999999999999999999", "127.0.0.1"), (1, "2", "nosuch.invalid")])
+def test_a_launch_with_no_peers_says_how_long_it_waits_then_gives_up(capfd, here, monkeypatch, rank, world, addr,
+                                                                    lang):
+    """torchrun's variables set by hand: the wait is announced before it starts, ends when it said, and what
+    c10d prints while it retries is held back."""
     monkeypatch.setattr(distributed, "JOIN_TIMEOUT", datetime.timedelta(seconds=2))
     port = free_port()
     monkeypatch.setenv("RANK", str(rank))
     monkeypatch.setenv("WORLD_SIZE", world)
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_ADDR", addr)
     monkeypatch.setenv("MASTER_PORT", str(port))
     start = time.monotonic()
-    line = fails_in_one_line(capsys, TRAIN + ["--epochs", "1", "--checkpoint", "n.pth"])
+    assert main(TRAIN + ["--epochs", "1", "--checkpoint", "n.pth", "--lang", lang]) == 2
     assert time.monotonic() - start < 60  # 2 s, and torch's own retries
-    assert "cannot join the other processes" in line or "WORLD_SIZE" in line
-    assert world != "2" or f"waited up to 2 s for all 2 at 127.0.0.1:{port}" in line
+    out, err = capfd.readouterr()
+    waiting, line = err.splitlines()
+    assert out == "" and not os.path.exists("n.pth")
+    if world != "2":  # torch refuses the size at once
+        assert line.startswith(("tudui: error: cannot join the other processes", "tudui: 错误：无法和其他进程会合"))
+        return
+    if lang == "en":
+        assert waiting == f"rank {rank}: waiting up to 2 s for all 2 processes to join at {addr}:{port}"
+        assert line.startswith("tudui: error: cannot join the other processes")
+        assert f"waited up to 2 s for all 2 at {addr}:{port}" in line
+    else:
+        assert waiting == f"rank {rank}：正在 {addr}:{port} 等全部 2 个进程到齐，最多等 2 秒"
+        assert line.startswith("tudui: 错误：无法和其他进程会合") and "最多等了 2 秒" in line
+
+
+@pytest.mark.parametrize("value", ["²", "9" * 5000, "abc"])
+def test_odd_local_world_sizes_under_torchrun_are_refused_by_name(capsys, here, monkeypatch, value):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", value)
+    line = fails_in_one_line(capsys, TRAIN + ["--epochs", "1", "--checkpoint", "n.pth"])
+    assert f"LOCAL_WORLD_SIZE={value[:40]!r} is not a whole number" in line and "torchrun" in line
 
 
 def quantized_weights():
@@ -954,3 +980,303 @@ def test_what_torch_warns_about_while_loading_stays_one_line(capfd, here, conten
     assert main(["predict", "--checkpoint", "odd.pth", "x.png"]) == 2
     out, err = capfd.readouterr()
     assert out == "" and len(err.splitlines()) == 1 and "odd.pth" in err, err
+
+
+# --- images are opened by content, from a list of formats ---------------------------------------------------------
+
+EPS = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 8 8\nnewpath 0 0 moveto 8 8 lineto stroke\nshowpage\n"
+
+
+@pytest.mark.parametrize("lang, says", [("en", "not a PNG, JPEG, BMP, GIF, WebP or TIFF image"),
+                                        ("zh", "不是 PNG、JPEG、BMP、GIF、WebP 或 TIFF 图片")])
+def test_an_eps_named_jpg_starts_no_other_program(capsys, here, monkeypatch, lang, says):
+    from PIL import EpsImagePlugin
+    (here / "dog.jpg").write_bytes(EPS)
+    assert Image.open(here / "dog.jpg").format == "EPS"  # what Pillow alone would make of it: Ghostscript's job
+    started = mock.Mock(side_effect=AssertionError("Ghostscript started"))
+    monkeypatch.setattr(EpsImagePlugin, "Ghostscript", started)
+    monkeypatch.setattr(subprocess, "Popen", started)
+    line = fails_in_one_line(capsys, ["predict", "--lang", lang, "--checkpoint", "ck.pth", "dog.jpg"])
+    assert "dog.jpg" in line and says in line and not started.called
+
+
+@pytest.mark.parametrize("fmt, opens", [("PNG", True), ("JPEG", True), ("BMP", True), ("GIF", True),
+                                        ("WEBP", True), ("TIFF", True), ("PCX", False), ("TGA", False),
+                                        ("PPM", False), ("ICO", False), ("SGI", False)])
+def test_only_the_listed_formats_open_whatever_the_name(capsys, here, fmt, opens):
+    Image.new("RGB", (16, 16), (200, 40, 40)).save(here / "picture.png", format=fmt)  # named .png whatever it is
+    if opens:
+        assert main(["predict", "--checkpoint", "ck.pth", "picture.png"]) == 0
+        assert capsys.readouterr().out.startswith("picture.png: ")
+    else:
+        assert "not a PNG, JPEG" in fails_in_one_line(capsys, ["predict", "--checkpoint", "ck.pth", "picture.png"])
+
+
+def test_warnings_as_errors_do_not_turn_a_pillow_warning_into_a_bug(capsys, here):
+    palette = Image.new("P", (8, 8))
+    palette.putpalette([0, 0, 0, 255, 0, 0] * 128)
+    palette.info["transparency"] = bytes(range(256))
+    palette.save(here / "palette.png")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as PYTHONWARNINGS=error does
+        with pytest.raises(UserWarning, match="Palette images with Transparency"):
+            Image.open(here / "palette.png").convert("RGB")
+        assert main(["predict", "--checkpoint", "ck.pth", "palette.png"]) == 0
+    assert capsys.readouterr().out.startswith("palette.png: ")
+
+
+def png_16_bit(path, width, height):
+    """A mid-grey 16-bit PNG, written row by row (quick, and small on disk)."""
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    deflate, row = zlib.compressobj(1), b"\0" + b"\x80\x00" * width
+    pixels = b"".join([deflate.compress(row) for _ in range(height)] + [deflate.flush()])
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 16, 0, 0, 0, 0))
+                     + chunk(b"IDAT", pixels) + chunk(b"IEND", b""))
+
+
+MEASURE_IMAGE = """
+import resource, sys
+import torch, torchvision.transforms, PIL.PngImagePlugin  # what every prediction imports
+from tudui.cli import main, prediction
+start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+code = main(["predict", "--checkpoint", "ck.pth", sys.argv[1]])
+print(code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss in KiB is Linux's")
+def test_a_16_bit_png_just_under_the_bomb_limit_is_classified_in_its_own_memory(here):
+    """89 million 16-bit pixels are 178 MB once decoded; converting them at full size took over 2 GB."""
+    side = int(Image.MAX_IMAGE_PIXELS ** 0.5) - 1
+    png_16_bit(here / "big16.png", side, side)
+    proc = run_tudui(["-c", MEASURE_IMAGE, "big16.png"], here)
+    code, grown_kib = proc.stdout.splitlines()[-1].split()
+    assert code == "0" and int(grown_kib) < 512 * 1024, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("big16.png: ")
+
+
+def test_a_big_photo_is_reduced_then_turned_upright(here):
+    from tudui.cli.prediction import LARGEST, open_image
+    photo = Image.new("RGB", (4000, 2000), (255, 0, 0))
+    photo.paste((0, 0, 255), (0, 0, 2000, 2000))  # left half blue
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 degrees clockwise to view"
+    photo.save(here / "phone.jpg", exif=exif, quality=90)
+    upright = open_image(here / "phone.jpg")
+    assert max(upright.size) <= LARGEST and upright.size[1] == 2 * upright.size[0]
+    assert upright.getpixel((upright.size[0] // 2, 5))[2] > 200  # the blue half is on top
+
+
+# --- the checkpoint's path, as the system resolves it ---------------------------------------------------------------
+
+@pytest.mark.skipif(sys.platform == "win32", reason="Windows resolves nosuch/.. by name: it is ck.pth there")
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("spelling", ["ck.pth/.", "nosuch/../ck.pth", "x.png/../ck.pth", "ck.pth/..", "./ck.pth",
+                                      "sub/../ck.pth", "link/ck.pth"])
+def test_no_spelling_of_an_existing_checkpoint_replaces_it_without_force(capsys, here, spelling, lang):
+    (here / "sub").mkdir()
+    (here / "link").symlink_to(here)
+    before = snapshot(here)
+    with mock.patch("tudui.loops.fit", side_effect=AssertionError("trained")):
+        line = fails_in_one_line(capsys, TRAIN + ["--epochs", "1", "--lang", lang, "--checkpoint", spelling])
+    assert spelling in line or f"{os.path.dirname(spelling)!r}" in line  # the path, or its folder that is none
+    assert ("--force" in line) == (spelling in ("./ck.pth", "sub/../ck.pth", "link/ck.pth"))
+    assert (lang == "zh") == any("\u4e00" <= c <= "\u9fff" for c in line)
+    assert snapshot(here) == before
+
+
+def test_a_spelling_of_an_existing_checkpoint_is_that_file_with_force(capsys, here):
+    (here / "sub").mkdir()
+    assert main(TRAIN + ["--epochs", "1", "--force", "--checkpoint", "sub/../ck.pth"]) == 0
+    assert read_checkpoint("ck.pth")["epoch"] == 1 and os.listdir(here / "sub") == []
+
+
+# --- every failure to read a checkpoint is the one refusal ----------------------------------------------------------
+
+def recompressed(good, target, compression):
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(target, "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info), compression)
+
+
+def flag_encrypted(path):
+    """Set the "encrypted" bit of every entry, in the local and the central headers."""
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            data[info.header_offset + 6] |= 1
+    at = struct.unpack("<I", data[data.rfind(b"PK\x05\x06") + 16:][:4])[0]
+    while data[at:at + 4] == b"PK\x01\x02":
+        data[at + 8] |= 1
+        at += 46 + sum(struct.unpack("<HHH", data[at + 28:at + 34]))
+    path.write_bytes(bytes(data))
+
+
+def odd_checkpoint(kind, good, path):
+    weights = Tudui().state_dict()
+    if kind == "corrupt-member":
+        rezipped(good, path, "data.pkl", b"x" * 4000)
+        data = bytearray(path.read_bytes())
+        at = data.index(zlib.compress(b"x" * 4000)[2:8])
+        data[at:at + 6] = b"\xff" * 6  # the deflated bytes of data.pkl no longer inflate
+        path.write_bytes(bytes(data))
+    elif kind == "encrypted":
+        path.write_bytes(good.read_bytes())
+        flag_encrypted(path)
+    elif kind in ("bzip2", "lzma"):
+        recompressed(good, path, {"bzip2": zipfile.ZIP_BZIP2, "lzma": zipfile.ZIP_LZMA}[kind])
+    elif kind == "meta":
+        torch.save({k: v.to("meta") for k, v in weights.items()}, path)
+    elif kind.startswith("float8"):
+        torch.save({k: v.to(getattr(torch, kind)) for k, v in weights.items()}, path)
+    elif kind == "view-2**40":
+        torch.save({**weights, "model.8.bias": torch.zeros(1).expand(2**40)}, path)
+    elif kind == "empty-zip":
+        zipfile.ZipFile(path, "w").close()
+
+
+ODD = ["corrupt-member", "encrypted", "bzip2", "lzma", "meta", "float8_e4m3fn", "float8_e5m2", "view-2**40",
+       "empty-zip"]
+
+
+@pytest.mark.parametrize("command", ["predict", "resume"])
+@pytest.mark.parametrize("kind", ODD)
+def test_every_failure_to_read_a_checkpoint_is_one_refusal(capsys, here, good, kind, command):
+    odd_checkpoint(kind, good[0], here / "odd.pth")
+    before = snapshot(here)
+    tracemalloc.start()
+    try:
+        line = fails_in_one_line(capsys, ["predict", "--checkpoint", "odd.pth", "x.png"] if command == "predict"
+                                 else TRAIN + ["--epochs", "2", "--resume", "--checkpoint", "odd.pth"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "'odd.pth'" in line and "internal error" not in line and peak < 64 << 20, (line, peak)
+    assert snapshot(here) == before
+
+
+@pytest.mark.parametrize("kind, en, zh", [
+    ("meta", "(device meta)", "（device meta）"),
+    ("float8_e4m3fn", "(dtype torch.float8_e4m3fn)", "（dtype torch.float8_e4m3fn）"),
+    ("view-2**40", "(shape torch.Size([1099511627776]))", "（shape torch.Size([1099511627776])）"),
+    ("empty-zip", "a zip archive with 0 data.pkl entries", "这个 zip 压缩包里有 0 个 data.pkl"),
+    ("encrypted", "is encrypted", "文件已损坏"),
+])
+def test_the_refusal_says_what_is_wrong_in_both_languages(capsys, here, good, kind, en, zh):
+    odd_checkpoint(kind, good[0], here / "odd.pth")
+    for lang, says in (("en", en), ("zh", zh)):
+        line = fails_in_one_line(capsys, ["predict", "--lang", lang, "--checkpoint", "odd.pth", "x.png"])
+        assert says in line and "more than a Tudui checkpoint holds" not in line, line
+
+
+def test_a_pickle_of_a_million_items_after_a_mark_is_read_quickly(capsys, here):
+    pickled = b"\x80\x02(" + b"N" * 1_000_000 + b"t."  # MARK, a million Nones, TUPLE: under the 1 MiB limit
+    start = time.monotonic()
+    checks._check_calls("p.pth", pickled)  # read in one pass (it took minutes, item by item)
+    assert time.monotonic() - start < 10
+    rezipped("ck.pth", "marks.pth", "data.pkl", pickled)
+    assert "holds a tuple" in fails_in_one_line(capsys, ["predict", "--checkpoint", "marks.pth", "x.png"])
+    assert time.monotonic() - start < 60
+
+
+# --- the command line ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["train", "--no-p"], ["train", "--check", "n.pth"], ["train", "--epoch", "1"],
+                                  ["predict", "--check", "ck.pth", "x.png"], ["train", "--forc"]])
+def test_abbreviations_are_not_options(capsys, here, argv):
+    before = snapshot(here)
+    with mock.patch("tudui.loops.fit", side_effect=AssertionError("trained")):
+        line = fails_in_one_line(capsys, argv)
+    assert f"unrecognized arguments: {argv[1]}" in line or "required: --checkpoint" in line
+    assert snapshot(here) == before
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as end:
+        main(["--version"])
+    assert end.value.code == 0
+    assert capsys.readouterr().out.startswith(f"tudui {__import__('tudui').__version__} (torch {torch.__version__}, ")
+
+
+@pytest.mark.parametrize("lang, says", [("en", "torch cannot start: Invalid log settings: nonsense"),
+                                        ("zh", "torch 无法启动：Invalid log settings: nonsense")])
+def test_a_bad_torch_logs_is_one_line(here, lang, says):
+    proc = run_tudui(["-m", "tudui", "predict", "--lang", lang, "--checkpoint", "ck.pth", "x.png"], here,
+                     env={"TORCH_LOGS": "nonsense"})
+    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert says in proc.stderr and "TORCH_LOGS" in proc.stderr
+
+
+GONE = """
+import os, sys
+os.rmdir(os.getcwd())  # the folder is deleted under the process, before torch loads
+from tudui.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("lang, says", [("en", "the current folder no longer exists"), ("zh", "当前文件夹已经不存在了")])
+def test_a_working_folder_deleted_under_the_process_is_one_line(here, lang, says):
+    (here / "gone").mkdir()
+    proc = run_tudui(["-c", GONE, "predict", "--lang", lang, "--checkpoint", str(here / "ck.pth"),
+                      str(here / "x.png")], here / "gone", env={"PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert says in proc.stderr and "FATAL" not in proc.stderr
+
+
+# --- the language: --lang, else $TUDUI_LANG, else English ------------------------------------------------------------
+
+def test_train_and_predict_speak_chinese(capsys, here):
+    assert main(TRAIN + ["--epochs", "2", "--resume", "--checkpoint", "ck.pth", "--lang", "zh"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("设备：cpu；数据：") and "从 ck.pth 第 1 轮之后接着训练" in out
+    assert out.endswith("已保存 ck.pth\n")
+    assert main(["predict", "--lang", "zh", "--checkpoint", "ck.pth", "x.png"]) == 0
+    label = capsys.readouterr().out.strip()
+    assert label.startswith("x.png：") and label.endswith("%）") and not label.isascii()
+
+
+@pytest.mark.parametrize("argv, zh", [
+    (["train", "--epochs", "0"], "--epochs: 必须在 1 到 10000 之间，现在是 0（用法见：python -m tudui train --help）"),
+    (["train", "--checkpoint", "ck.pth"], "'ck.pth' 已经存在；加 --resume 接着训练"),
+    (["predict", "--checkpoint", "nope.pth", "x.png"], "'nope.pth'：无法打开检查点："),
+    (["predict", "--checkpoint", "ck.pth", "x.pngg"], "'x.pngg'：无法打开图片："),
+])
+def test_errors_speak_the_chosen_language(capsys, here, monkeypatch, argv, zh):
+    for chosen in ([], ["--lang", "zh"]):
+        monkeypatch.setenv("TUDUI_LANG", "zh" if not chosen else "en")
+        line = fails_in_one_line(capsys, argv + chosen)
+        assert line.startswith("tudui: 错误：") and zh in line, line
+    monkeypatch.setenv("TUDUI_LANG", "zh")
+    assert fails_in_one_line(capsys, argv + ["--lang", "en"]).startswith("tudui: error: ")
+    monkeypatch.delenv("TUDUI_LANG")
+    assert fails_in_one_line(capsys, argv).startswith("tudui: error: ")  # and the choice did not stay
+
+
+@pytest.mark.parametrize("value", ["fr", "zh-CN", "x" * 5000])
+def test_an_unknown_tudui_lang_is_one_line(capsys, here, monkeypatch, value):
+    monkeypatch.setenv("TUDUI_LANG", value)
+    assert "TUDUI_LANG" in fails_in_one_line(capsys, ["predict", "--checkpoint", "ck.pth", "x.png"])
+    assert main(["predict", "--lang", "zh", "--checkpoint", "ck.pth", "x.png"]) == 0  # --lang wins
+
+
+def test_interrupted_in_chinese(capsys, here, monkeypatch):
+    monkeypatch.setattr(loops, "fit", mock.Mock(side_effect=KeyboardInterrupt))
+    assert main(TRAIN + ["--checkpoint", "ck.pth", "--resume", "--lang", "zh"]) == 130
+    assert capsys.readouterr().err == "tudui: 已中断（最后保存的检查点完好无损）\n"
+
+
+def test_help_is_in_the_chosen_language(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help", "--lang", "zh"])
+    out = capsys.readouterr().out
+    assert "训练多少轮（默认：10）" in out and "覆盖已有的 --checkpoint" in out and "how many epochs" not in out
+
+
+def test_the_doctor_follows_the_same_setting(capsys, monkeypatch):
+    from tudui.cli import doctor
+    monkeypatch.setattr(doctor, "run", lambda lang: print("diagnosis in", lang))
+    monkeypatch.setenv("TUDUI_LANG", "zh")
+    assert main(["doctor"]) == 0 and main(["doctor", "--lang", "en"]) == 0 and main(["--lang", "en", "doctor"]) == 0
+    assert capsys.readouterr().out == "diagnosis in zh\ndiagnosis in en\ndiagnosis in en\n"

@@ -19,6 +19,7 @@ from torch import nn
 from .device import pick_device
 from .distributed import unwrap
 from .model import Tudui
+from .text import say
 
 FORMAT = "tudui-checkpoint"
 # What a pickled course model may contain, and nothing else.
@@ -46,8 +47,7 @@ def _plain(value, name):
         return [_plain(v, name) for v in value]
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
         return {k: _plain(v, f"{name}.{k}") for k, v in value.items()}
-    raise CheckpointError(f"cannot save {name!r} of type {type(value).__name__}; "
-                          "use numbers, strings, lists, dicts or tensors")
+    raise CheckpointError(say("checkpoint.cannot_save_type", name=name, kind=type(value).__name__))
 
 
 def temp_prefix(path) -> str:
@@ -63,7 +63,7 @@ def save_checkpoint(path, model, optimizer=None, epoch=None, **extra):
     """
     epoch = _plain(epoch, "epoch")
     if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0):
-        raise CheckpointError(f"epoch must be a whole number >= 0, not {epoch!r}")
+        raise CheckpointError(say("checkpoint.bad_epoch", epoch=epoch))
     state = {"format": FORMAT, "model": unwrap(model).state_dict(),
              "optimizer": optimizer.state_dict() if optimizer is not None else None,
              "epoch": epoch, "rng": torch.get_rng_state(), "extra": _plain(extra, "extra")}
@@ -76,13 +76,13 @@ def _write_atomically(state, path):
     """torch.save to a temp file beside the real target of ``path``, then rename it over that target."""
     real = os.path.realpath(path)
     if os.path.exists(real) and not os.path.isfile(real):  # a folder, /dev/null ...: never replaced
-        raise CheckpointError(f"{path!r} is {'a folder' if os.path.isdir(real) else 'not a regular file'}; "
-                              "give a file name such as tudui.pth")
+        raise CheckpointError(say("checkpoint.folder" if os.path.isdir(real) else "checkpoint.not_regular", path=path))
     try:
         os.makedirs(os.path.dirname(real), exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=temp_prefix(real), suffix=".tmp", dir=os.path.dirname(real))
     except (OSError, ValueError) as exc:
-        raise CheckpointError(f"cannot write {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise CheckpointError(say("checkpoint.cannot_write", path=path,
+                                  reason=getattr(exc, "strerror", None) or exc)) from None
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(state, f)
@@ -93,8 +93,8 @@ def _write_atomically(state, path):
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes owner-only files; give the usual permissions
         os.replace(tmp, real)
     except (OSError, RuntimeError) as exc:  # a full disk: torch.save raises RuntimeError ("unexpected pos")
-        raise CheckpointError(f"cannot write {path!r} ({getattr(exc, 'strerror', None) or first_line(exc)}; "
-                              "is the disk full?); the previous file is unchanged") from None
+        raise CheckpointError(say("checkpoint.write_failed", path=path,
+                                  reason=getattr(exc, "strerror", None) or first_line(exc))) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -105,36 +105,35 @@ def read_checkpoint(path, device="cpu"):
     the layers of the course's Tudui and any ``<module>.Tudui`` (read as ours) pass."""
     path, device = os.fspath(path), pick_device(device)
     if not os.path.isfile(path):
-        raise CheckpointError(f"{path!r} is a folder, not a checkpoint file" if os.path.isdir(path)
-                              else f"{path!r}: no such checkpoint file")
+        raise CheckpointError(say("checkpoint.folder" if os.path.isdir(path) else "checkpoint.missing", path=path))
     try:
         names = set(torch.serialization.get_unsafe_globals_in_checkpoint(path))
     except Exception as exc:  # not a zip archive as torch.save writes, truncated, unreadable ...
-        raise CheckpointError(f"{path!r}: not a readable PyTorch checkpoint ({first_line(exc, 80)})") from None
+        raise CheckpointError(say("checkpoint.unreadable", path=path, reason=first_line(exc, 80))) from None
     tudui_names = {n for n in names if n.endswith(".Tudui")}
     foreign = sorted(names - tudui_names - COURSE_NAMES)
     if foreign:
-        shown = ", ".join(n[:80] for n in foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        raise CheckpointError(f"{path!r}: refused to unpickle {shown}, which is not part of a Tudui model; "
-                              "only state_dict checkpoints and the course's whole-model files are loaded")
+        more = say("checkpoint.and_more", count=len(foreign) - 3) if len(foreign) > 3 else ""
+        raise CheckpointError(say("checkpoint.foreign_class", path=path,
+                                  names=", ".join(n[:80] for n in foreign[:3]) + more))
     try:
         with torch.serialization.safe_globals(COURSE_CLASSES + [(Tudui, name) for name in tudui_names]):
             return torch.load(path, map_location=device, weights_only=True)
     except Exception as exc:
-        raise CheckpointError(f"{path!r}: cannot load onto {device}: {first_line(exc)}") from None
+        raise CheckpointError(say("checkpoint.cannot_load", path=path, device=device, reason=first_line(exc))) from None
 
 
 def _course_state_dict(module, path):
     """The state_dict of an unpickled course model, read from its attributes without calling any of its methods."""
     def children(obj, kind):
         if type(obj) is not kind or not isinstance(vars(obj).get("_modules"), dict):
-            raise CheckpointError(f"{path!r}: the pickled model is not built like the course's Tudui")
+            raise CheckpointError(say("checkpoint.not_course_model", path=path))
         return vars(obj)["_modules"]
 
     state = {}
     for i, layer in children(children(module, Tudui).get("model"), nn.Sequential).items():
         if type(layer) not in COURSE_CLASSES or not isinstance(vars(layer).get("_parameters"), dict):
-            raise CheckpointError(f"{path!r}: layer {str(i)[:20]} of the pickled model is not a course layer")
+            raise CheckpointError(say("checkpoint.not_course_layer", path=path, layer=str(i)[:20]))
         state.update({f"model.{i}.{k}": v for k, v in vars(layer)["_parameters"].items()})
     return state
 
@@ -143,13 +142,13 @@ def parts(obj, path):
     """(model state_dict, format name, the rest of our format) from what a file holds."""
     if isinstance(obj, dict) and obj.get("format") == FORMAT:
         if not isinstance(obj.get("model"), dict):
-            raise CheckpointError(f"{path!r}: a Tudui checkpoint without model weights (no 'model' entry)")
+            raise CheckpointError(say("checkpoint.no_model", path=path))
         return obj["model"], FORMAT, obj
     if isinstance(obj, nn.Module):
         return _course_state_dict(obj, path), "course whole-model file", {}
     if isinstance(obj, dict) and obj and all(type(v) in (torch.Tensor, nn.Parameter) for v in obj.values()):
         return obj, "state_dict", {}
-    raise CheckpointError(f"{path!r}: holds a {type(obj).__name__}, not a Tudui checkpoint or state_dict")
+    raise CheckpointError(say("checkpoint.foreign_object", path=path, kind=type(obj).__name__))
 
 
 def load_checkpoint(path, model, optimizer=None, device="cpu", restore_rng=False):
@@ -162,12 +161,12 @@ def load_checkpoint(path, model, optimizer=None, device="cpu", restore_rng=False
     weights, kind, ours = parts(read_checkpoint(path, device), path)
     target = unwrap(model)
     if optimizer is not None and not ours.get("optimizer"):
-        raise CheckpointError(f"{os.fspath(path)!r}: has no optimizer state to resume from")
+        raise CheckpointError(say("checkpoint.no_optimizer", path=os.fspath(path)))
     try:
         copy.deepcopy(target).load_state_dict(weights)  # strict: missing, unexpected, mis-shaped entries
         expected = target.state_dict()
         if any(expected[k].is_floating_point() and not v.is_floating_point() for k, v in weights.items()):
-            raise TypeError("integer values for floating-point weights")  # torch would cast them silently
+            raise TypeError(say("checkpoint.integer_weights"))  # torch would cast them silently
         if optimizer is not None:
             copy.deepcopy(optimizer).load_state_dict(ours["optimizer"])
         target.load_state_dict(weights)
@@ -179,10 +178,9 @@ def load_checkpoint(path, model, optimizer=None, device="cpu", restore_rng=False
     except (RuntimeError, ValueError, KeyError, TypeError, AttributeError) as exc:
         reason = " ".join(str(exc).split()).replace(f"Error(s) in loading state_dict for {type(target).__name__}: ", "")
         wrapped = [p for p in ("module.", "_orig_mod.") if all(str(k).startswith(p) for k in weights)]
-        hint = (f"its keys start with {wrapped[0]!r} (saved from a wrapped model): save "
-                "tudui.unwrap(model).state_dict(); " if wrapped else "")
-        raise CheckpointError(f"{os.fspath(path)!r}: does not fit {type(target).__name__}: {hint}"
-                              f"{reason if len(reason) < 200 else reason[:197] + '...'}") from None
+        hint = say("checkpoint.wrapped_hint", prefix=wrapped[0]) if wrapped else ""
+        raise CheckpointError(say("checkpoint.misfit", path=os.fspath(path), model=type(target).__name__, hint=hint,
+                                  reason=reason if len(reason) < 200 else reason[:197] + "...")) from None
     return {"epoch": ours.get("epoch"), "extra": ours.get("extra", {}), "format": kind}
 
 

@@ -16,9 +16,9 @@ import torch
 import torch.distributed as dist
 
 from .device import DeviceError, pick_device
+from .text import say
 
 BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
-LAUNCH = "launch with: torchrun --nproc-per-node=N -m tudui train ..."
 JOIN_TIMEOUT = datetime.timedelta(minutes=10)  # joining, and any one collective (a barrier while rank 0 downloads)
 
 
@@ -55,8 +55,8 @@ def _env(name: str, default=None) -> int:
     text = os.environ.get(name, default)
     try:
         return int(text)
-    except (TypeError, ValueError):
-        raise LaunchError(f"{name}={text!r} is not a whole number; {LAUNCH}") from None
+    except (TypeError, ValueError):  # "²", 5,000 digits (over Python's 4,300), "abc"
+        raise LaunchError(say("launch.not_whole", name=name, value=str(text)[:40])) from None
 
 
 def launched_by_torchrun() -> bool:
@@ -71,17 +71,13 @@ def _device_for(want, local_rank: int) -> torch.device:
     device = pick_device(want)
     if device.type == "cuda":
         if ":" in str(want):  # a numbered GPU: each process must take its own instead
-            raise DeviceError(f"under torchrun each process uses cuda:LOCAL_RANK; pass --device cuda, "
-                              f"not {want} (choose GPUs with CUDA_VISIBLE_DEVICES)")
+            raise DeviceError(say("launch.numbered_gpu", want=want))
         count = torch.cuda.device_count()
         if local_rank >= count:
-            raise DeviceError(f"process with local rank {local_rank} has no GPU of its own: {count} CUDA "
-                              f"device(s) visible; start at most {count} process(es) per machine "
-                              f"(--nproc-per-node={count}) or use --device cpu")
+            raise DeviceError(say("launch.no_gpu_of_its_own", local_rank=local_rank, count=count))
         return torch.device("cuda", local_rank)
     if device.type not in BACKENDS:
-        raise DeviceError(f"training on several processes works on cpu (gloo) and cuda (nccl) here, "
-                          f"not on {device.type}; use --device cpu or cuda")
+        raise DeviceError(say("launch.device_type", kind=device.type))
     return device
 
 
@@ -91,21 +87,25 @@ def setup(want="auto") -> Context:
     if not launched_by_torchrun():
         return Context(device=pick_device(want))
     rank, world, local = _env("RANK"), _env("WORLD_SIZE"), _env("LOCAL_RANK", os.environ["RANK"])
+    _env("LOCAL_WORLD_SIZE", "1")  # torchrun's; the DataLoader's workers are sized by it
     if not 0 <= rank < world:  # a process with no place in the group would wait for the others forever
-        raise LaunchError(f"RANK={rank} is out of range (must be from 0 to {world - 1}); {LAUNCH}")
+        raise LaunchError(say("launch.rank_range", rank=rank, last=world - 1))
     device = _device_for(want, local)
     backend = BACKENDS[device.type] if dist.is_nccl_available() else "gloo"  # Windows builds have no NCCL
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    where = {"addr": os.environ.get("MASTER_ADDR"), "port": os.environ.get("MASTER_PORT")}
+    if all(where.values()):  # said before the wait: a process started by hand may wait for peers that never come
+        print(say("launch.waiting", rank=rank, world=world, seconds=JOIN_TIMEOUT.total_seconds(), **where),
+              file=sys.stderr, flush=True)
     try:  # init_process_group checks the rest (MASTER_ADDR, MASTER_PORT, RANK < WORLD_SIZE ...)
         # device_id binds the group to this process's GPU (collectives and barriers use it).
         dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None,
                                 timeout=JOIN_TIMEOUT)
     except (ValueError, TypeError, RuntimeError) as exc:  # DistError and DistStoreError are RuntimeErrors
-        reason = " ".join(str(exc).split())[:160] or type(exc).__name__
-        waited = (f" (waited up to {JOIN_TIMEOUT.total_seconds():g} s for all {world} at {os.environ['MASTER_ADDR']}:"
-                  f"{os.environ['MASTER_PORT']})" if {"MASTER_ADDR", "MASTER_PORT"} <= os.environ.keys() else "")
-        raise LaunchError(f"cannot join the other processes{waited}: {reason}; {LAUNCH}") from None
+        key = "launch.cannot_join" if all(where.values()) else "launch.cannot_start"
+        raise LaunchError(say(key, reason=" ".join(str(exc).split())[:160] or type(exc).__name__,
+                              world=world, seconds=JOIN_TIMEOUT.total_seconds(), **where)) from None
     return Context(rank, world, local, device, backend)
 
 

@@ -1,32 +1,35 @@
 """The tool: ``python -m tudui doctor | train | predict``, with one error boundary (:func:`main`).
-Only ``python -m tudui`` and the ``tudui`` script import this package; ``import tudui`` does not.
+Only ``python -m tudui`` and the ``tudui`` script import this package; ``import tudui`` does not. torch is
+imported inside the boundary, after what must come first: the language, and a working folder that exists.
 """
 import argparse
+import importlib
 import math
 import os
+import platform
 import re
 import sys
 import traceback
 
-from .. import checkpoint, data, device, distributed
-from .console import console
-from .prediction import predict
-from .training import UsageError, train
+from .. import __version__, text
+from ..text import say
+from .console import UsageError, console
 
 EXIT_USAGE, EXIT_BUG, EXIT_INTERRUPTED = 2, 1, 130
 ISSUES = "https://github.com/tudui-lab/pytorch-cpu-gpu/issues"
-KNOWN_ERRORS = (UsageError, device.DeviceError, data.DataError, checkpoint.CheckpointError,
-                distributed.LaunchError)
 
 
 class Parser(argparse.ArgumentParser):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, *args, add_help=True, **kwargs):
+        super().__init__(*args, allow_abbrev=False, add_help=False, **kwargs)  # --check is not --checkpoint
+        self._positionals.title, self._optionals.title = say("cli.help.positionals"), say("cli.help.options")
+        if add_help:
+            self.add_argument("-h", "--help", action="help", help=say("cli.help.help"))
         # "-inf", "-1e-3" and "-nan" are values (refused by range), not options
         self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf(inity)?|nan)$", re.I)
 
     def error(self, message):
-        raise UsageError(f"{message} (see: {self.prog} --help)")
+        raise UsageError(say("cli.usage", message=message, prog=self.prog))
 
 
 def _number(kind, low, high):
@@ -35,46 +38,94 @@ def _number(kind, low, high):
         try:
             value = kind(text)
         except ValueError:
-            whole = "whole " if kind is int else ""
-            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a {whole}number") from None
+            raise argparse.ArgumentTypeError(say("cli.not_whole" if kind is int else "cli.not_a_number",
+                                                 text=text[:40])) from None
         if not (math.isfinite(value) and low <= value <= high):
-            raise argparse.ArgumentTypeError(f"must be between {low:g} and {high:g}, got {text[:40]}")
+            raise argparse.ArgumentTypeError(say("cli.out_of_range", low=low, high=high, text=text[:40]))
         return value
     return parse
 
 
 def build_parser():
-    p = Parser(prog="python -m tudui", description="Train the course's Tudui CIFAR-10 network on any device.")
+    import torch
+    from .. import data
+    p = Parser(prog="python -m tudui", description=say("cli.help.description"))
+    p.add_argument("--version", action="version", help=say("cli.help.version"), version=say(
+        "cli.version", version=__version__, torch=torch.__version__, python=platform.python_version()))
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
-    d = sub.add_parser("doctor", help="report devices and measure training speed on each")
-    d.add_argument("--lang", choices=("en", "zh"), default="en", help="the language it prints in (default: en)")
-    t = sub.add_parser("train", help="train Tudui, saving a checkpoint each epoch")
-    t.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, mps, xpu (default: auto)")
-    t.add_argument("--epochs", type=_number(int, 1, 10_000), default=10)
-    t.add_argument("--batch-size", type=_number(int, 1, 65_536), default=64)
-    t.add_argument("--lr", type=_number(float, 1e-12, 1e3), default=1e-2)
-    t.add_argument("--data", choices=data.SOURCES, default=None,
-                   help="auto, cifar10 or synthetic (default: $TUDUI_DATA or auto)")
-    t.add_argument("--root", default="data", help="folder holding CIFAR-10 (default: data)")
-    t.add_argument("--limit", type=_number(int, 1, 50_000), default=None,
-                   help="train on the first N images only (CIFAR-10 has 50,000)")
-    t.add_argument("--loader", choices=("dataloader", "resident"), default="dataloader",
-                   help="dataloader (the course's) or resident (whole dataset on the device)")
-    t.add_argument("--checkpoint", default="tudui.pth", help="where to save (default: tudui.pth)")
-    t.add_argument("--resume", action="store_true", help="continue from --checkpoint on the chosen device")
-    t.add_argument("--force", action="store_true", help="overwrite an existing --checkpoint (without --resume)")
-    t.add_argument("--seed", type=_number(int, 0, 2**63 - 1), default=0)
-    t.add_argument("--no-progress", action="store_true", help="no progress bars")
-    r = sub.add_parser("predict", help="classify images with a trained checkpoint")
-    r.add_argument("--checkpoint", required=True, help="our checkpoint, a state_dict or the course's tudui_N.pth")
-    r.add_argument("--device", default="auto")
-    r.add_argument("images", nargs="+", help="image files (any size; resized to 32x32)")
+    d = sub.add_parser("doctor", help=say("cli.help.doctor"))
+    t = sub.add_parser("train", help=say("cli.help.train"))
+    t.add_argument("--device", default="auto", help=say("cli.help.device"))
+    t.add_argument("--epochs", type=_number(int, 1, 10_000), default=10, help=say("cli.help.epochs"))
+    t.add_argument("--batch-size", type=_number(int, 1, 65_536), default=64, help=say("cli.help.batch_size"))
+    t.add_argument("--lr", type=_number(float, 1e-12, 1e3), default=1e-2, help=say("cli.help.lr"))
+    t.add_argument("--data", choices=data.SOURCES, default=None, help=say("cli.help.data"))
+    t.add_argument("--root", default="data", help=say("cli.help.root"))
+    t.add_argument("--limit", type=_number(int, 1, 50_000), default=None, help=say("cli.help.limit"))
+    t.add_argument("--loader", choices=("dataloader", "resident"), default="dataloader", help=say("cli.help.loader"))
+    t.add_argument("--checkpoint", default="tudui.pth", help=say("cli.help.checkpoint"))
+    t.add_argument("--resume", action="store_true", help=say("cli.help.resume"))
+    t.add_argument("--force", action="store_true", help=say("cli.help.force"))
+    t.add_argument("--seed", type=_number(int, 0, 2**63 - 1), default=0, help=say("cli.help.seed"))
+    t.add_argument("--no-progress", action="store_true", help=say("cli.help.no_progress"))
+    r = sub.add_parser("predict", help=say("cli.help.predict"))
+    r.add_argument("--checkpoint", required=True, help=say("cli.help.predict_checkpoint"))
+    r.add_argument("--device", default="auto", help=say("cli.help.device"))
+    r.add_argument("images", nargs="+", help=say("cli.help.images"))
+    for parser in (p, d, t, r):  # on every command, and before it: python -m tudui --lang zh train
+        parser.add_argument("--lang", choices=text.LANGS, default=text.language(), help=say("cli.help.lang"))
     return p
 
 
 def diagnose(args):
     from . import doctor as diagnosis
     diagnosis.run(lang=args.lang)
+
+
+def _run(args):
+    from . import prediction, training
+    {"doctor": diagnose, "train": training.train, "predict": prediction.predict}[args.command](args)
+
+
+def _language(argv) -> str:
+    """--lang's value if it is one (argparse refuses others later), else the setting in force."""
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        value = argv[i + 1] if arg == "--lang" and i + 1 < len(argv) else arg[len("--lang="):] \
+            if arg.startswith("--lang=") else None
+        if value in text.LANGS:
+            return value
+    try:
+        return text.language()
+    except ValueError as exc:  # $TUDUI_LANG=fr: said in English
+        text.set_language("en")
+        raise UsageError(str(exc)) from None
+
+
+def _start(argv):
+    """What comes before torch: the language of every line from here on; a working folder that still exists
+    (torch's oneMKL ends the process on a deleted one with a FATAL ERROR); then torch's import, which fails on
+    a bad TORCH_LOGS (or a broken install)."""
+    text.set_language(_language(list(sys.argv[1:] if argv is None else argv)))
+    try:
+        os.getcwd()
+    except OSError:
+        raise UsageError(say("cli.no_folder")) from None
+    try:
+        importlib.import_module("torch")
+    except Exception as exc:
+        raise UsageError(say("cli.torch_failed", reason=_one_line(exc, 160))) from None
+
+
+def _known(exc) -> bool:
+    """A refusal the user can act on (exit 2), not a bug."""
+    if isinstance(exc, UsageError):
+        return True
+    if "torch" not in sys.modules:  # it failed before torch: none of the package's errors could be raised
+        return False
+    from .. import checkpoint, data, device, distributed
+    return isinstance(exc, (device.DeviceError, data.DataError, checkpoint.CheckpointError, distributed.LaunchError))
 
 
 def _one_line(exc, limit=300) -> str:
@@ -85,22 +136,24 @@ def _one_line(exc, limit=300) -> str:
 def main(argv=None) -> int:
     """Run one command; every failure ends in one line on stderr and an exit code (2 usage, 1 bug,
     130 Ctrl-C or SIGTERM)."""
-    args = None
+    args, chosen = None, list(text._chosen)  # the language in force before, restored after
     with console():
         try:
+            _start(argv)
             args = build_parser().parse_args(argv)
-            {"doctor": diagnose, "train": train, "predict": predict}[args.command](args)
-        except KNOWN_ERRORS as exc:
-            print(f"tudui: error: {_one_line(exc)}", file=sys.stderr)
-            return EXIT_USAGE
+            _run(args)
         except KeyboardInterrupt:  # a checkpoint there now was saved by this run or was there before: it is whole
             kept = getattr(args, "command", None) == "train" and os.path.isfile(args.checkpoint)
-            print("tudui: interrupted" + (" (the last saved checkpoint is intact)" if kept else ""), file=sys.stderr)
+            print(say("cli.interrupted_kept" if kept else "cli.interrupted"), file=sys.stderr)
             return EXIT_INTERRUPTED
         except Exception as exc:
+            if _known(exc):
+                print(say("cli.error", message=_one_line(exc)), file=sys.stderr)
+                return EXIT_USAGE
             if os.environ.get("TUDUI_DEBUG") == "1":
                 traceback.print_exc()
-            print(f"tudui: internal error ({type(exc).__name__}: {_one_line(exc, 160)}); this is a bug, "
-                  f"please report it at {ISSUES} (TUDUI_DEBUG=1 shows the traceback)", file=sys.stderr)
+            print(say("cli.bug", kind=type(exc).__name__, message=_one_line(exc, 160), issues=ISSUES), file=sys.stderr)
             return EXIT_BUG
+        finally:
+            text._chosen[:] = chosen
     return 0

@@ -11,26 +11,29 @@ import zipfile
 import torch
 
 from .. import checkpoint
-from ..checkpoint import CheckpointError
+from ..checkpoint import CheckpointError, first_line
 from ..model import Tudui
+from ..text import say
 from .console import quiet
 
 MAX_PICKLE_BYTES = 1 << 20   # our pickles are a few KB; the course's whole-model files too
 MAX_CALL_INT = 1 << 20       # no size in a Tudui file's calls is larger (its largest tensor has 65,536 values)
 LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19"  # how torch.save's pre-1.6 format begins
 PLAIN = (bool, int, float, str, type(None))
+WEIGHT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # load_state_dict casts them
 _MARK = object()
 
 
 def regular_file(path, what, error=CheckpointError):
-    """``path`` names a regular file (a pipe, a device or a link loop would block or mislead the reader)."""
+    """``path`` names a regular file (a pipe, a device or a link loop would block or mislead the reader);
+    ``what``: "checkpoint" or "image"."""
     try:
         mode = os.stat(path).st_mode
     except (OSError, ValueError) as exc:
-        raise error(f"{path!r}: cannot open the {what}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise error(say(f"checks.{what}.cannot_open", path=path,
+                        reason=getattr(exc, "strerror", None) or exc)) from None
     if not stat.S_ISREG(mode):
-        kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a pipe or a device?)"
-        raise error(f"{path!r} is {kind}, not {'an' if what[0] in 'aeiou' else 'a'} {what} file")
+        raise error(say(f"checks.{what}.{'folder' if stat.S_ISDIR(mode) else 'special'}", path=path))
 
 
 def _budget():
@@ -51,26 +54,23 @@ def check_archive(path):
             members = archive.infolist()
             pickles = [m for m in members if m.filename.endswith("/data.pkl")]
             if any(m.filename.endswith("/constants.pkl") for m in members):
-                raise CheckpointError(f"{path!r} is a TorchScript file (torch.jit.save); save "
-                                      "model.state_dict() with torch.save instead")
+                raise CheckpointError(say("checks.torchscript", path=path))
+            if len(pickles) != 1:  # an empty zip archive, or another program's
+                raise CheckpointError(say("checks.no_pickle", path=path, count=len(pickles)))
             storages = [m.file_size for m in members if "/data/" in m.filename]
-            if len(pickles) != 1 or pickles[0].file_size > MAX_PICKLE_BYTES or max(storages, default=0) > one \
-                    or sum(storages) > total:
-                raise CheckpointError(f"{path!r}: refused: it declares {sum(m.file_size for m in members):,} bytes "
-                                      f"of data, more than a Tudui checkpoint holds ({total:,} at most)")
+            if pickles[0].file_size > MAX_PICKLE_BYTES or max(storages, default=0) > one or sum(storages) > total:
+                raise CheckpointError(say("checks.too_big", path=path, total=total,
+                                          size=sum(m.file_size for m in members)))
             pickled = archive.read(pickles[0])
         if pickled[:1] == b"\x80" and pickled[1:2] > b"\x03":  # torch's safe loader reads protocols 2 and 3
-            raise CheckpointError(f"{path!r} was saved with pickle_protocol={pickled[1]}, which torch's safe loader "
-                                  "cannot read; save it again with torch.save's default protocol")
+            raise CheckpointError(say("checks.protocol", path=path, protocol=pickled[1]))
         _check_calls(path, pickled)
     except zipfile.BadZipFile:
         if head == LEGACY_MAGIC:
-            raise CheckpointError(f"{path!r} is in torch's old (before 1.6) format; load it with the torch that "
-                                  "saved it and save it again with torch.save") from None
-        raise CheckpointError(f"{path!r}: not a readable PyTorch checkpoint (not a zip archive as torch.save "
-                              "writes: truncated, or another kind of file?)") from None
+            raise CheckpointError(say("checks.legacy", path=path)) from None
+        raise CheckpointError(say("checks.not_zip", path=path)) from None
     except OSError as exc:
-        raise CheckpointError(f"{path!r}: cannot read the checkpoint: {exc.strerror or exc}") from None
+        raise CheckpointError(say("checks.cannot_read", path=path, reason=exc.strerror or exc)) from None
 
 
 def _check_calls(path, data):
@@ -84,8 +84,8 @@ def _check_calls(path, data):
                 continue
             popped = _pop(stack, op.stack_before)
             if op.name in ("REDUCE", "NEWOBJ") and _too_big(*popped):
-                raise CheckpointError(f"{path!r}: refused: it asks to build {str(popped[0])[:60]} with "
-                                      f"arguments {str(popped[1])[:60]}, which no Tudui checkpoint does")
+                raise CheckpointError(say("checks.call", path=path, callee=str(popped[0])[:60],
+                                          args=str(popped[1])[:60]))
             stack.extend(_pushed(op, arg, popped, memo))
     except (ValueError, IndexError):  # not a valid pickle: the loader says so
         return
@@ -94,11 +94,12 @@ def _check_calls(path, data):
 def _pop(stack, before):
     items = []
     for kind in reversed(before):
-        if kind is pickletools.stackslice:
-            sliced = []
-            while stack and stack[-1] is not _MARK:
-                sliced.insert(0, stack.pop())
-            items.insert(0, tuple(sliced))
+        if kind is pickletools.stackslice:  # back to the last mark, in one slice: a million items stay quick
+            at = len(stack)
+            while at and stack[at - 1] is not _MARK:
+                at -= 1
+            items.insert(0, tuple(stack[at:]))
+            del stack[at:]
         elif stack:
             items.insert(0, stack.pop())
     return items
@@ -126,29 +127,49 @@ def _too_big(callee, args):
     return any(abs(a) > MAX_CALL_INT for a in ints) or (is_class and args != ())
 
 
-def _plain_tensor(value):
-    return type(value) in (torch.Tensor, torch.nn.Parameter) and not vars(value) and value.layout == torch.strided
+def _oddity(value, dtypes=None):
+    """What keeps ``value`` from being a plain tensor of values in memory (a meta tensor, a view of 2**40
+    values, a float8 weight), or None. Checked before anything reads the values."""
+    if type(value) not in (torch.Tensor, torch.nn.Parameter) or vars(value):
+        return type(value).__name__
+    for name, fine in (("layout", lambda: value.layout == torch.strided), ("device", lambda: value.is_cpu),
+                       ("shape", lambda: value.numel() <= MAX_CALL_INT),
+                       ("dtype", lambda: dtypes is None or value.dtype in dtypes)):
+        if not fine():
+            return f"{name} {str(getattr(value, name))[:60]}"
 
 
 def read_checked(path):
-    """(format, our entries) of the checkpoint at ``path`` after every check above; weights plain and finite."""
+    """(format, our entries) of the checkpoint at ``path`` after every check above; weights plain and finite.
+    The one boundary of reading a file: whatever fails in it (a damaged or encrypted zip member, a compression
+    zipfile cannot read, an odd tensor) is a CheckpointError."""
+    try:
+        return _read_checked(path)
+    except CheckpointError:
+        raise
+    except Exception as exc:  # every failure to read the file is the file's, not a bug
+        raise CheckpointError(say("checks.damaged", path=path, kind=type(exc).__name__,
+                                  reason=first_line(exc, 160))) from None
+
+
+def _read_checked(path):
     check_archive(path)
     with quiet():
         weights, kind, ours = checkpoint.parts(checkpoint.read_checkpoint(path), path)
     for key, value in weights.items():
-        if type(key) is not str or not _plain_tensor(value):
-            raise CheckpointError(f"{path!r}: entry {str(key)[:40] if type(key) is str else '?'!r} is not a "
-                                  "plain tensor of weights")
-        if torch.is_floating_point(value) and not bool(torch.isfinite(value).all()):
-            raise CheckpointError(f"{path!r}: {key[:60]} holds NaN or infinite values (did the training diverge?); "
-                                  "use an earlier checkpoint")
+        oddity = _oddity(value, WEIGHT_DTYPES) if type(key) is str else "?"
+        if oddity:
+            raise CheckpointError(say("checks.not_plain", path=path, oddity=oddity,
+                                      entry=str(key)[:40] if type(key) is str else "?"))
+        if not bool(torch.isfinite(value).all()):
+            raise CheckpointError(say("checks.not_finite", path=path, entry=key[:60]))
     return kind, ours
 
 
 def check_optimizer(saved, optimizer, path):
     """What torch's Optimizer.load_state_dict does not check: the groups are exactly those this run builds
     (the learning rate aside: it is compared with the run's settings), state tensors fit their parameters."""
-    bad = CheckpointError(f"{path!r}: its optimizer state does not fit {type(optimizer).__name__} over this model")
+    bad = CheckpointError(say("checks.optimizer", path=path, optimizer=type(optimizer).__name__))
     if type(saved) is not dict or type(saved.get("param_groups")) is not list or type(saved.get("state")) is not dict:
         raise bad
     ours = optimizer.state_dict()["param_groups"]
@@ -159,7 +180,7 @@ def check_optimizer(saved, optimizer, path):
         if not (type(i) is int and 0 <= i < len(params) and type(entry) is dict):
             raise bad
         for name, value in entry.items():
-            if type(name) is not str or not (value is None or _plain_tensor(value) and value.dtype == params[i].dtype
+            if type(name) is not str or not (value is None or not _oddity(value, (params[i].dtype,))
                                              and value.shape == params[i].shape and bool(torch.isfinite(value).all())):
                 raise bad
 

@@ -11,6 +11,10 @@ import warnings
 _pending = []  # signals that raised KeyboardInterrupt during this command
 
 
+class UsageError(Exception):
+    """Bad input from the user: reported in one line, exit code 2."""
+
+
 class NeverFails:
     """A console stream whose writes cannot fail: once its reader is gone, the rest goes to the null device."""
 
@@ -66,13 +70,25 @@ def console():
 
 @contextlib.contextmanager
 def quiet():
-    """Hold back what loading a file prints besides our one line: Python warnings (torch, Pillow) and what
-    C libraries such as libtiff write to the stderr file descriptor."""
+    """Hold back what a library prints besides our lines: Python warnings (torch, Pillow, even with
+    ``PYTHONWARNINGS=error``) and what C/C++ code (libtiff, c10d's retries) writes to the stderr file
+    descriptor; what Python code prints to ``sys.stderr`` still shows."""
     with warnings.catch_warnings(), contextlib.ExitStack() as restore:
         warnings.simplefilter("ignore")
         with contextlib.suppress(OSError), open(os.devnull, "wb") as null:  # no stderr: nothing to hold back
             saved = os.dup(2)
             restore.callback(os.close, saved)
             restore.callback(os.dup2, saved, 2)
+            if _on_descriptor_2(sys.stderr):  # our lines go on to the real stderr
+                ours = restore.enter_context(open(os.dup(saved), "w", encoding=sys.stderr.encoding,
+                                                  errors="backslashreplace"))
+                restore.enter_context(contextlib.redirect_stderr(ours))
             os.dup2(null.fileno(), 2)
         yield
+
+
+def _on_descriptor_2(stream) -> bool:
+    try:
+        return stream.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # a StringIO, a closed stream
+        return False

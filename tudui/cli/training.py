@@ -3,9 +3,11 @@ checkpoint path, continued or overwritten only on request, one lock per checkpoi
 from the same settings and an optimizer state that is what this run builds.
 """
 import contextlib
+import errno
 import gc
 import os
 import pathlib
+import stat
 
 import torch
 from filelock import FileLock, Timeout
@@ -14,37 +16,46 @@ from .. import checkpoint, data, distributed, loops, resident
 from ..checkpoint import CheckpointError
 from ..model import Tudui
 from . import checks
-from .console import quiet, raise_if_interrupted
+from ..text import say
+from .console import UsageError, quiet, raise_if_interrupted
 
 # Settings a resumed run must share with the run that wrote the checkpoint.
 RESUMED_SETTINGS = ("lr", "batch_size", "data", "limit", "seed", "loader")
 
 
-class UsageError(Exception):
-    """Bad input from the user: reported in one line, exit code 2."""
-
-
 def check_target(path) -> str:
-    """The real file a checkpoint for ``path`` goes to (links resolved), or a CheckpointError saying why not."""
+    """The real file a checkpoint for ``path`` goes to (links resolved), or a CheckpointError saying why not.
+    The path is taken as the system resolves it: ``ck.pth/.``, ``nosuch/../ck.pth`` and ``x.png/../ck.pth`` name
+    no file on Linux and macOS (on Windows the second is ck.pth, and then it is ck.pth, --force and all)."""
     if not path.strip() or path.endswith(("/", os.sep)):
-        raise CheckpointError(f"checkpoint path {path!r} names no file; give a file name such as tudui.pth")
+        raise CheckpointError(say("train.no_file_name", path=path))
     size = len(os.fsencode(os.path.basename(path)))
     if size > 255:  # the most that common file systems allow: refused now, not at the first save
-        raise CheckpointError(f"checkpoint file name is too long ({size} bytes, at most 255); choose a shorter one")
+        raise CheckpointError(say("train.name_too_long", size=size))
     try:
-        real = os.path.realpath(path)
-        folder = os.path.dirname(real)
+        real, folder = os.path.realpath(path), os.path.dirname(path) or "."
         if any(os.path.exists(p) and not os.path.isfile(p) for p in (path, real)):  # /dev/stdout: a pipe
-            kind = "a folder" if os.path.isdir(real) else "not a regular file"
-            raise CheckpointError(f"checkpoint path {path!r} is {kind}; give a file name such as tudui.pth")
-        if not os.path.isdir(folder):
-            what = "is a file, not a folder" if os.path.exists(folder) else "does not exist; create it first"
-            raise CheckpointError(f"folder {folder!r} for the checkpoint {what}")
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise CheckpointError(f"cannot write to folder {folder!r}; choose a --checkpoint in a writable folder")
+            raise CheckpointError(say("checkpoint.folder" if os.path.isdir(real) else "checkpoint.not_regular",
+                                      path=path))
+        if os.path.basename(path) in (".", ".."):
+            raise CheckpointError(say("train.no_file_name", path=path))
+        _check_folder(folder)
+        if not os.access(os.path.dirname(real), os.W_OK | os.X_OK):
+            raise CheckpointError(say("train.folder_read_only", folder=os.path.dirname(real)))
     except (ValueError, OSError) as exc:  # a NUL byte, an unreadable folder ...
-        raise CheckpointError(f"checkpoint path {path[:80]!r} is not usable: {exc}") from None
+        raise CheckpointError(say("train.path_unusable", path=path[:80], reason=exc)) from None
     return real
+
+
+def _check_folder(folder):
+    """``folder`` is a folder as the system resolves it (``nosuch/..`` and ``x.png/..`` are not)."""
+    try:
+        if stat.S_ISDIR(os.stat(folder).st_mode):
+            return
+        key = "train.folder_is_file"
+    except OSError as exc:
+        key = "train.folder_through_file" if exc.errno == errno.ENOTDIR else "train.folder_missing"
+    raise CheckpointError(say(key, folder=folder))
 
 
 @contextlib.contextmanager
@@ -60,11 +71,9 @@ def exclusive(path):
     try:
         lock.acquire()
     except Timeout:
-        raise CheckpointError(f"another training is writing {path!r} (it holds {lock.lock_file!r}); "
-                              "wait for it to finish, or choose another --checkpoint") from None
+        raise CheckpointError(say("train.locked", path=path, lock=lock.lock_file)) from None
     except OSError as exc:
-        raise CheckpointError(f"cannot create the lock file beside the checkpoint ({exc.strerror or exc}): "
-                              f"{lock.lock_file[:100]!r}; choose another --checkpoint") from None
+        raise CheckpointError(say("train.lock_failed", reason=exc.strerror or exc, lock=lock.lock_file[:100])) from None
     try:
         for orphan in pathlib.Path(real).parent.glob(checkpoint.temp_prefix(real) + "*.tmp"):
             with contextlib.suppress(OSError):
@@ -76,34 +85,33 @@ def exclusive(path):
 
 def check_checkpoint_path(args):
     """Before any training: the checkpoint can be written, and is resumed or overwritten only on request."""
-    check_target(args.checkpoint)
-    exists = os.path.isfile(args.checkpoint)
+    exists = os.path.isfile(check_target(args.checkpoint))  # the file the save would replace
     if args.resume and not exists:
         if os.path.lexists(args.checkpoint):  # a link loop, a pipe ...
             checks.regular_file(args.checkpoint, "checkpoint")
-        raise UsageError(f"--resume: no checkpoint at {args.checkpoint!r}; train without --resume first")
+        raise UsageError(say("train.nothing_to_resume", path=args.checkpoint))
     if exists and not args.resume and not args.force:
-        raise UsageError(f"{args.checkpoint!r} already exists; continue it with --resume, "
-                         "overwrite it with --force, or choose another --checkpoint")
+        raise UsageError(say("train.exists", path=args.checkpoint))
 
 
 def _check_resumable(path, optimizer):
     """The parts of our format a resume uses: a whole epoch, plain extras, a CPU generator state."""
     kind, ours = checks.read_checked(path)
     if kind != checkpoint.FORMAT:
-        raise UsageError(f"--resume: {path!r} is a {kind}, with no optimizer state; train without --resume")
+        raise UsageError(say("train.no_optimizer_state", path=path,
+                             kind=say("train.kind.course" if kind.startswith("course") else "train.kind.state_dict")))
     epoch, rng = ours.get("epoch"), ours.get("rng")
     if type(epoch) is not int or not 0 <= epoch <= 10**6:
-        raise CheckpointError(f"{path!r}: its epoch {str(epoch)[:20]!r} is not a whole number of epochs")
+        raise CheckpointError(say("train.bad_epoch", path=path, epoch=str(epoch)[:20]))
     if not isinstance(ours.get("extra"), dict):
-        raise CheckpointError(f"{path!r}: its 'extra' entry is not a dict")
+        raise CheckpointError(say("train.bad_extra", path=path))
     checks.check_optimizer(ours.get("optimizer"), optimizer, path)
     try:
         if type(rng) is not torch.Tensor or rng.dtype != torch.uint8:
             raise TypeError
         torch.Generator().set_state(rng)  # a scratch generator: checks the state, changes nothing
     except (TypeError, RuntimeError):
-        raise CheckpointError(f"{path!r}: its saved random state is not a CPU generator state") from None
+        raise CheckpointError(say("train.bad_rng", path=path)) from None
 
 
 def _resume(args, model, optimizer, dev, settings):
@@ -113,16 +121,17 @@ def _resume(args, model, optimizer, dev, settings):
         info = checkpoint.load_checkpoint(args.checkpoint, model, optimizer, dev, restore_rng=True)
     recorded = info["extra"].get("args") if isinstance(info["extra"].get("args"), dict) else {}
     recorded = {**recorded, "lr": optimizer.param_groups[0]["lr"]}  # the lr the optimizer state really has
-    changed = [f"--{k.replace('_', '-')} {_shown(recorded[k])} (not {settings[k]})" for k in RESUMED_SETTINGS
+    changed = [say("train.setting", option="--" + k.replace("_", "-"), saved=_shown(recorded[k]), now=settings[k])
+               for k in RESUMED_SETTINGS
                if k in recorded and not (type(recorded[k]) is type(settings[k]) and recorded[k] == settings[k])]
     if changed:
-        raise UsageError(f"--resume: {args.checkpoint!r} was trained with {', '.join(changed)}; resume with the "
-                         "same settings, or start a new run with --force")
+        raise UsageError(say("train.other_settings", path=args.checkpoint,
+                             changed=say("train.list_join").join(changed)))
     return info["epoch"], recorded
 
 
 def _shown(value) -> str:
-    return str(value)[:40] if type(value) in checks.PLAIN else f"<a {type(value).__name__}>"
+    return str(value)[:40] if type(value) in checks.PLAIN else say("train.shown_object", kind=type(value).__name__)
 
 
 def workers_note(recorded, workers):
@@ -130,19 +139,18 @@ def workers_note(recorded, workers):
     reverse: batches are the same, but the weights then differ slightly from an uninterrupted run."""
     before = recorded.get("workers")
     if type(before) is int and (before > 0) != (workers > 0):
-        return (f"note: the checkpoint was trained with {before} DataLoader workers, this run uses {workers}: the "
-                "batches are the same but the results will differ slightly from an uninterrupted run")
+        return say("train.workers_note", before=before, workers=workers)
 
 
 def _announce(ctx, args, train_set, start, note):
-    procs = f", {ctx.world_size} processes ({ctx.backend})" if ctx.distributed else ""
-    print(f"device: {ctx.device}{procs}; data: {data.describe_data(train_set)}; loader: {args.loader}")
+    procs = say("train.processes", count=ctx.world_size, backend=ctx.backend) if ctx.distributed else ""
+    print(say("train.announce", device=ctx.device, procs=procs, data=data.describe_data(train_set), loader=args.loader))
     if note:
         print(note)
     if start:
-        print(f"resuming after epoch {start} from {args.checkpoint}")
+        print(say("train.resuming", epoch=start, path=args.checkpoint))
     if start >= args.epochs:
-        print(f"already trained for {start} epochs; nothing to do (raise --epochs)")
+        print(say("train.nothing_to_do", epoch=start))
 
 
 def _run_training(args, ctx):
@@ -177,12 +185,13 @@ def _run_training(args, ctx):
               args.epochs, start_epoch=start, on_epoch_end=save,
               progress=ctx.is_main and not args.no_progress, log=lines.append)
     if ctx.is_main and start < args.epochs:
-        print(f"saved {args.checkpoint}")
+        print(say("train.saved", path=args.checkpoint))
 
 
 def train(args):
     check_checkpoint_path(args)
-    ctx = distributed.setup(args.device)
+    with quiet():  # c10d's retries print pages of C++ stack traces; our line says what it waits for
+        ctx = distributed.setup(args.device)
     try:
         with exclusive(args.checkpoint) if ctx.is_main else contextlib.nullcontext():
             _run_training(args, ctx)
