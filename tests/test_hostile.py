@@ -907,7 +907,7 @@ def test_a_lock_that_cannot_be_made_is_one_line(capsys, here, monkeypatch, error
     assert error.strerror in line and "choose another --checkpoint" in line
 
 
-@pytest.mark.parametrize("value", ["0", "abc", "", "-3"])
+@pytest.mark.parametrize("value", ["0", "abc", "", "-3", "²", "9" * 5000])
 def test_odd_local_world_sizes_outside_torchrun_train(capsys, here, monkeypatch, value):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", value)
     assert main(TRAIN + ["--epochs", "2", "--resume", "--checkpoint", "ck.pth"]) == 0

@@ -110,7 +110,8 @@ def default_num_workers() -> int:
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     sharing = os.environ.get("LOCAL_WORLD_SIZE", "1")
-    cores //= max(int(sharing), 1) if sharing.strip().isdigit() else 1  # torchrun sets it; ignore other values
+    plain = sharing.strip().isascii() and sharing.strip().isdigit() and len(sharing) < 10  # not "²", not 5,000 digits
+    cores //= max(int(sharing), 1) if plain else 1  # torchrun sets it; ignore other values
     return 0 if cores <= 2 else min(4, cores - 1)
 
 

@@ -59,4 +59,4 @@ def predict(args):
         with torch.no_grad():
             probs = model(to_input(image).unsqueeze(0).to(dev)).softmax(1)[0].cpu()
         k = int(probs.argmax())
-        print(say("predict.line", path=path, label=say(f"predict.class.{data.CLASSES[k]}"), share=f"{probs[k]:.1%}"))
+        print(say("predict.line", path=path, label=say("data.classes").split(",")[k], share=f"{probs[k]:.1%}"))
