@@ -24,6 +24,7 @@ import tokenize
 from pathlib import Path
 
 from recordings import source_sha
+from stamp_notebooks import SETUP_MARK, SETUP_MARK_ZH
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 LANG = 'lang="zh"'
@@ -182,7 +183,10 @@ def with_lang(source: str) -> str:
 
 def same_code(english: str, chinese: str):
     """None when the Chinese cell is the English code (with LANG, see with_lang) apart from comments and
-    printed text; else one line saying where they first differ."""
+    printed text; else one line saying where they first differ. The setup cell is tools/stamp_notebooks.py's, in
+    each edition's language (tests/test_notebooks.py checks that it is stamped as it is)."""
+    if english.startswith(SETUP_MARK) and chinese.startswith(SETUP_MARK_ZH):
+        return None
     en, zh = split_code(with_lang(english))[0], split_code(chinese)[0]
     for a, b in zip(en, zh):
         if a[:3] != b[:3]:
