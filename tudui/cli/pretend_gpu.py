@@ -1,18 +1,22 @@
-"""Pretend CUDA: "cuda:0" tensors on a machine without a GPU, which refuse to meet CPU tensors as CUDA does.
+"""A pretend GPU: "cuda:0" tensors on a machine without one, which refuse to meet CPU tensors as CUDA does.
 
-With ``pretend_cuda():`` active, anything moved or created on "cuda" becomes an :class:`OnCuda` tensor: it
+With ``pretend_gpu():`` active (``python -m tudui rehearse`` and the tests use it), anything moved or created on "cuda" becomes an :class:`OnCuda` tensor: it
 says ``device(type='cuda', index=0)`` to Python code, holds its real values in a CPU tensor (so losses,
 ``.item()`` and prints work), and every operation that mixes it with a CPU tensor raises the error CUDA
-raises ("Expected all tensors to be on the same device"). CPU scalars (0-dim tensors) may mix, as on CUDA.
+raises ("Expected all tensors to be on the same device"). A CPU scalar (a 0-dim tensor) may mix only where CUDA
+lets it: as an input of an elementwise operation, never as its output nor in stack, cat or indexing.
 
 Underneath, an OnCuda tensor is on torch's ``meta`` device: autograd and the optimizers then never ask a
 CUDA driver for anything. torch.cuda's questions get the answers of one GPU; anything else that would start
-the real CUDA runtime raises instead. ``torch.load(..., map_location="cuda")`` gives CPU tensors (copied onto
-the device by ``load_state_dict``, as across devices on a GPU). Not covered: CUDA events and streams, several GPUs.
+the real CUDA runtime raises instead. ``torch.load(..., map_location="cuda")`` gives cuda:0 tensors. Every read
+of a GPU value by the CPU (``.item()``, ``.tolist()``, ``.cpu()``, printing) is counted in ``syncs``, a
+``non_blocking`` copy to the CPU (read before any synchronisation) in ``unsynced``. Not covered: CUDA events and
+streams, several GPUs.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import types
 from unittest import mock
 
@@ -22,6 +26,8 @@ from torch.utils._pytree import tree_map
 
 CUDA = torch.device("cuda", 0)
 COPIES = {torch.ops.aten.copy_.default}  # dst.copy_(src) copies across devices, as load_state_dict does
+POINTWISE = torch.Tag.pointwise
+_GPUS = []  # the GPU record of the pretend_gpu() in force
 MIXED = "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!"
 
 
@@ -42,14 +48,16 @@ class OnCuda(torch.Tensor):
     is_cuda = property(lambda self: True)
     is_meta = property(lambda self: False)  # else load_state_dict skips copying into it
 
-    def __repr__(self):
+    def __repr__(self):  # printing a GPU tensor reads it: the CPU waits for the GPU
+        if _GPUS:
+            _GPUS[-1].syncs += 1
         return repr(self.elem)[:-1] + ", device='cuda:0')"
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         tensors = [t for t in _leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-        if func not in COPIES and any(not isinstance(t, OnCuda) and t.dim() > 0 for t in tensors):
+        if func not in COPIES and any(not isinstance(t, OnCuda) and not _scalar_input(func, t, args) for t in tensors):
             raise RuntimeError(f"{MIXED} (pretend CUDA, in {func})")
         wrappers = {id(t.elem): t for t in tensors if isinstance(t, OnCuda)}
         cpu_args, cpu_kwargs = tree_map(_unwrap, (args, kwargs))
@@ -62,6 +70,12 @@ class OnCuda(torch.Tensor):
                 return t
             return wrappers[id(t)] if id(t) in wrappers else OnCuda(t)
         return tree_map(wrap, out)
+
+
+def _scalar_input(func, tensor, args) -> bool:
+    """A CPU 0-dim tensor CUDA takes: an input of an elementwise operation (not the tensor an in-place one writes)."""
+    written = torch.Tag.inplace in func.tags and args and args[0] is tensor
+    return tensor.dim() == 0 and POINTWISE in func.tags and not written
 
 
 def _leaves(tree):
@@ -85,15 +99,35 @@ def is_cuda_device(device) -> bool:
     return device is not None and not isinstance(device, torch.Tensor) and torch.device(device).type == "cuda"
 
 
+@dataclasses.dataclass
+class GPU:
+    """What the pretend GPU saw: reads of GPU values by the CPU, and non_blocking ones read before a synchronize."""
+    syncs: int = 0
+    unsynced: int = 0
+    moved: list = dataclasses.field(default_factory=list)  # every tensor moved onto the GPU, as its shape
+
+
 class _Redirect(TorchFunctionMode):
     """Sends every move to, and every tensor made on, "cuda" to an OnCuda tensor; refuses NumPy views of it."""
+
+    def __init__(self, gpu: GPU):
+        super().__init__()
+        self.gpu = gpu
 
     def __torch_function__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         first = args[0] if args else None
+        if isinstance(first, OnCuda) and name in ("item", "tolist", "__format__", "__bool__", "cpu", "numpy"):
+            self.gpu.syncs += 1
         if isinstance(first, torch.Tensor) and name in ("to", "cuda", "cpu"):
-            return self._move(func, name, first, args[1:], kwargs)
+            out = self._move(func, name, first, args[1:], kwargs)
+            if isinstance(first, OnCuda) and name == "to" and not isinstance(out, OnCuda):
+                self.gpu.syncs += 1
+                self.gpu.unsynced += bool(kwargs.get("non_blocking"))
+            elif isinstance(out, OnCuda) and not isinstance(first, OnCuda):
+                self.gpu.moved.append(tuple(first.shape))
+            return out
         if isinstance(first, OnCuda) and name in ("numpy", "__array__"):
             raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
                             "tensor to host memory first.")
@@ -139,13 +173,16 @@ def _save(real_save):
 
 
 def _load(real_load):
-    def load(f, map_location=None, **kwargs):  # onto "cuda": CPU tensors, which load_state_dict copies over
-        return real_load(f, map_location="cpu" if is_cuda_device(map_location) else map_location, **kwargs)
+    def load(f, map_location=None, **kwargs):  # onto "cuda": cuda:0 tensors, as on a GPU
+        if not is_cuda_device(map_location):
+            return real_load(f, map_location=map_location, **kwargs)
+        loaded = real_load(f, map_location="cpu", **kwargs)
+        return tree_map(lambda t: on_cuda(t) if type(t) is torch.Tensor else t, loaded)
     return load
 
 
 def _no_real_cuda(*args, **kwargs):
-    raise RuntimeError("pretend CUDA: this would start the real CUDA runtime; add a stand-in to tests/pretend_cuda.py")
+    raise RuntimeError("pretend CUDA: this would start the real CUDA runtime, which a pretend GPU does not have")
 
 
 ONE_GPU = {  # torch.cuda's answers on a machine with one (pretend) GPU
@@ -154,19 +191,23 @@ ONE_GPU = {  # torch.cuda's answers on a machine with one (pretend) GPU
     "is_bf16_supported": lambda *a, **k: True, "synchronize": lambda device=None: None,
     "set_device": lambda device: None, "memory_allocated": lambda device=None: 0,
     "max_memory_allocated": lambda device=None: 0, "reset_peak_memory_stats": lambda device=None: None,
-    "empty_cache": lambda: None, "_lazy_init": _no_real_cuda,
+    "empty_cache": lambda: None, "_lazy_init": _no_real_cuda, "is_current_stream_capturing": lambda: False,
     "get_device_properties": lambda device=None: types.SimpleNamespace(
         name="Pretend GPU", total_memory=80 * 2**30, major=9, minor=0, multi_processor_count=132),
 }
-ACCELERATOR = {"is_available": lambda: True, "current_accelerator": lambda *a, **k: torch.device("cuda"),
+NO_CAPTURE = types.SimpleNamespace(is_capturing=lambda: False, synchronize=lambda: None)  # the current stream
+ACCELERATOR = {"current_stream": lambda *a, **k: NO_CAPTURE, "is_available": lambda: True, "current_accelerator": lambda *a, **k: torch.device("cuda"),
                "current_device_index": lambda: 0, "set_device_index": lambda index: None,
                "device_count": lambda: 1, "synchronize": lambda *a, **k: None}
 
 
 @contextlib.contextmanager
-def pretend_cuda():
-    """Inside: one pretend CUDA GPU (see the module's docstring)."""
+def pretend_gpu():
+    """Inside: one pretend CUDA GPU (see the module's docstring); ``with pretend_gpu() as gpu:`` gives its :class:`GPU`."""
+    gpu = GPU()
+    _GPUS.append(gpu)
     with contextlib.ExitStack() as stack:
+        stack.callback(_GPUS.remove, gpu)
         for name, stand_in in ONE_GPU.items():
             stack.enter_context(mock.patch.object(torch.cuda, name, stand_in))
         for name, stand_in in ACCELERATOR.items():
@@ -180,5 +221,5 @@ def pretend_cuda():
         swap = torch.__future__.get_swap_module_params_on_conversion()
         torch.__future__.set_swap_module_params_on_conversion(True)
         stack.callback(torch.__future__.set_swap_module_params_on_conversion, swap)
-        stack.enter_context(_Redirect())
-        yield
+        stack.enter_context(_Redirect(gpu))
+        yield gpu

@@ -1,4 +1,4 @@
-"""Every GPU path, run on pretend CUDA (tests/pretend_cuda.py): a CPU tensor meeting a cuda:0 one fails here,
+"""Every GPU path, run on the pretend GPU (tudui/cli/pretend_gpu.py): a CPU tensor meeting a cuda:0 one fails here,
 as it would on a learner's GPU, though this machine has none."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import tudui
 import tudui.loops
 
 import harness
-from pretend_cuda import OnCuda, pretend_cuda
+from tudui.cli.pretend_gpu import OnCuda, pretend_gpu
 from run_notebook_cells import run_code, to_python
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +29,7 @@ BATCH = 16  # small batches, few images: these tests check where tensors are, no
 @pytest.fixture
 def cuda():
     """One pretend GPU for the test; the device the lessons pick on it (cuda:0)."""
-    with pretend_cuda():
+    with pretend_gpu():
         yield tudui.pick_device("cuda")
 
 
@@ -187,3 +187,60 @@ def test_notebook_gpu_branches_run_on_pretend_cuda(cuda, path, cells, monkeypatc
             run_code(to_python(source), namespace, f"<{path.stem} cell {index}>")
         except Exception as exc:  # noqa: BLE001 - which cell, with what
             pytest.fail(f"{path.name} cell {index} (id {cell.get('id')}) on pretend CUDA: {type(exc).__name__}: {exc}")
+
+
+# --- as strict as a GPU where a lenient pretend GPU would hide a mistake -----------------------------------
+
+def test_a_cpu_scalar_mixes_only_as_an_input_of_an_elementwise_operation(cuda):
+    x, scalar = torch.ones(3, device=cuda), torch.tensor(2.0)
+    assert (x * scalar).device == CUDA and (x > scalar).device == CUDA and x[scalar.long()].device == CUDA
+    total = torch.zeros((), device=cuda)
+    for refused in (lambda: torch.stack([total, scalar]), lambda: torch.cat([x, scalar.reshape(1)]),
+                    lambda: scalar.add_(total)):
+        with pytest.raises(RuntimeError, match="same device"):
+            refused()
+
+
+@pytest.mark.parametrize("make", [lambda p: torch.optim.SGD(p, lr=1e-2, momentum=0.9), lambda p: torch.optim.Adam(p)],
+                         ids=["SGD-momentum", "Adam"])
+def test_resuming_onto_the_gpu_moves_the_optimizer_state_and_takes_a_step(cuda, tmp_path, make):
+    model = tudui.Tudui()
+    optimizer = make(model.parameters())
+    momentum_step(model, optimizer, "cpu")
+    tudui.save_checkpoint(tmp_path / "cpu.pth", model, optimizer, epoch=1)
+    model = tudui.Tudui()  # on the CPU, as a script builds it before it resumes
+    optimizer = make(model.parameters())
+    tudui.load_checkpoint(tmp_path / "cpu.pth", model, optimizer, device=cuda, restore_rng=True)
+    momentum_step(model, optimizer, cuda)
+    states = [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor) and t.dim()]
+    assert states and on(cuda, model, *states)
+
+
+def test_loading_onto_cuda_gives_cuda_tensors_which_the_cpu_rng_refuses(cuda, tmp_path):
+    torch.save({"rng": torch.get_rng_state(), "w": torch.ones(2)}, tmp_path / "f.pth")
+    loaded = torch.load(tmp_path / "f.pth", map_location="cuda", weights_only=True)
+    assert loaded["w"].device == CUDA and loaded["rng"].device == CUDA
+    with pytest.raises(TypeError, match="ByteTensor"):
+        torch.set_rng_state(loaded["rng"])  # what a GPU says too: the state must come back with .cpu()
+
+
+def test_an_epoch_reads_the_gpu_once_per_loop_and_never_unsynchronised(cuda):
+    model = tudui.Tudui().to(cuda)
+    loader = tudui.ResidentLoader(images(), BATCH, cuda, shuffle=False)
+    with pretend_gpu() as gpu:
+        tudui.fit(model, loader, loader, nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=1e-2),
+                  cuda, 2, progress=False, log=None)
+    assert (gpu.syncs, gpu.unsynced) == (4, 0)  # two epochs, each one read of its train and its test totals
+    with pretend_gpu() as gpu:
+        x = torch.ones(2, device=cuda)
+        x.sum().item(), x.to("cpu", non_blocking=True), print(x)
+    assert (gpu.syncs, gpu.unsynced) == (3, 1)
+
+
+def test_evaluate_builds_no_autograd_graph(cuda):
+    model = tudui.Tudui().to(cuda)
+    graphs = []
+    model.register_forward_hook(lambda module, inputs, output: graphs.append(output.requires_grad))
+    loader = tudui.ResidentLoader(images(BATCH), BATCH, cuda, shuffle=False)
+    tudui.evaluate(model, loader, nn.CrossEntropyLoss(), cuda, progress=False)
+    assert graphs == [False]
