@@ -8,6 +8,8 @@ from importlib import import_module
 __version__ = "0.1.0"
 
 _NAMES = {
+    "cli.pretend_gpu": "pretend_gpu",  # the tool's: loaded only when called
+    "cli.rehearse": "rehearse",
     "checkpoint": "CheckpointError load_checkpoint load_model read_checkpoint save_checkpoint",
     "data": "CLASSES DataError cifar10 describe_data is_synthetic loaders",
     "device": "DeviceError best_accelerator describe_devices pick_device synchronize",

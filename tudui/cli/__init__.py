@@ -1,4 +1,4 @@
-"""The tool: ``python -m tudui doctor | train | predict``, with one error boundary (:func:`main`).
+"""The tool: ``python -m tudui doctor | train | predict | rehearse``, with one error boundary (:func:`main`).
 Only ``python -m tudui`` and the ``tudui`` script import this package; ``import tudui`` does not. torch is
 imported inside the boundary, after what must come first: the language, and a working folder that exists.
 """
@@ -72,7 +72,8 @@ def build_parser():
     r.add_argument("--checkpoint", required=True, help=say("cli.help.predict_checkpoint"))
     r.add_argument("--device", default="auto", help=say("cli.help.device"))
     r.add_argument("images", nargs="+", help=say("cli.help.images"))
-    for parser in (p, d, t, r):  # on every command, and before it: python -m tudui --lang zh train
+    from .rehearse import add_parser
+    for parser in (p, d, t, r, add_parser(sub, _number)):  # on every command, and before it: python -m tudui --lang zh train
         parser.add_argument("--lang", choices=text.LANGS, default=text.language(), help=say("cli.help.lang"))
     return p
 
@@ -82,9 +83,10 @@ def diagnose(args):
     diagnosis.run(lang=args.lang)
 
 
-def _run(args):
-    from . import prediction, training
-    {"doctor": diagnose, "train": training.train, "predict": prediction.predict}[args.command](args)
+def _run(args) -> int | None:
+    from . import prediction, rehearse, training
+    return {"doctor": diagnose, "train": training.train, "predict": prediction.predict,
+            "rehearse": rehearse.run}[args.command](args)
 
 
 def _language(argv) -> str:
@@ -141,7 +143,7 @@ def main(argv=None) -> int:
         try:
             _start(argv)
             args = build_parser().parse_args(argv)
-            _run(args)
+            code = _run(args)
         except KeyboardInterrupt:  # a checkpoint there now was saved by this run or was there before: it is whole
             kept = getattr(args, "command", None) == "train" and os.path.isfile(args.checkpoint)
             print(say("cli.interrupted_kept" if kept else "cli.interrupted"), file=sys.stderr)
@@ -156,4 +158,4 @@ def main(argv=None) -> int:
             return EXIT_BUG
         finally:
             text._chosen[:] = chosen
-    return 0
+    return code or 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 import types
 from unittest import mock
 
@@ -72,6 +73,15 @@ class OnCuda(torch.Tensor):
         return tree_map(wrap, out)
 
 
+def callers() -> list:
+    """(file, line) of every frame of the Python stack, outermost first."""
+    frame, pairs = sys._getframe(1), []
+    while frame:
+        pairs.append((frame.f_code.co_filename, frame.f_lineno))
+        frame = frame.f_back
+    return pairs[::-1]
+
+
 def _scalar_input(func, tensor, args) -> bool:
     """A CPU 0-dim tensor CUDA takes: an input of an elementwise operation (not the tensor an in-place one writes)."""
     written = torch.Tag.inplace in func.tags and args and args[0] is tensor
@@ -104,7 +114,8 @@ class GPU:
     """What the pretend GPU saw: reads of GPU values by the CPU, and non_blocking ones read before a synchronize."""
     syncs: int = 0
     unsynced: int = 0
-    moved: list = dataclasses.field(default_factory=list)  # every tensor moved onto the GPU, as its shape
+    moved: list = dataclasses.field(default_factory=list)  # every tensor moved onto the GPU: (shape, callers())
+    paused: bool = False  # while torch.save takes a module's values from the GPU and puts them back: not counted
 
 
 class _Redirect(TorchFunctionMode):
@@ -118,16 +129,12 @@ class _Redirect(TorchFunctionMode):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         first = args[0] if args else None
-        if isinstance(first, OnCuda) and name in ("item", "tolist", "__format__", "__bool__", "cpu", "numpy"):
-            self.gpu.syncs += 1
         if isinstance(first, torch.Tensor) and name in ("to", "cuda", "cpu"):
             out = self._move(func, name, first, args[1:], kwargs)
-            if isinstance(first, OnCuda) and name == "to" and not isinstance(out, OnCuda):
-                self.gpu.syncs += 1
-                self.gpu.unsynced += bool(kwargs.get("non_blocking"))
-            elif isinstance(out, OnCuda) and not isinstance(first, OnCuda):
-                self.gpu.moved.append(tuple(first.shape))
+            self._count(first, out, kwargs)
             return out
+        if isinstance(first, OnCuda) and name in ("item", "tolist", "__format__", "__bool__", "numpy"):
+            self._count(first, None, kwargs)
         if isinstance(first, OnCuda) and name in ("numpy", "__array__"):
             raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
                             "tensor to host memory first.")
@@ -137,6 +144,16 @@ class _Redirect(TorchFunctionMode):
             return tree_map(lambda t: OnCuda(t) if isinstance(t, torch.Tensor) else t,
                             func(*args, **{**kwargs, "device": "cpu"}))
         return func(*args, **kwargs)
+
+    def _count(self, tensor, out, kwargs):
+        """A read of a GPU value by the CPU (out is not on the GPU), or a tensor moved onto the GPU."""
+        if self.gpu.paused:
+            return
+        if isinstance(tensor, OnCuda) and not isinstance(out, OnCuda):
+            self.gpu.syncs += 1
+            self.gpu.unsynced += bool(kwargs.get("non_blocking"))
+        elif isinstance(out, OnCuda) and not isinstance(tensor, OnCuda):
+            self.gpu.moved.append((tuple(tensor.shape), callers()))
 
     @staticmethod
     def _move(func, name, tensor, rest, kwargs):
@@ -163,11 +180,14 @@ class _Redirect(TorchFunctionMode):
 def _save(real_save):
     def save(obj, *args, **kwargs):  # saved from cuda: its values, as torch.save writes them
         if isinstance(obj, torch.nn.Module) and any(isinstance(p, OnCuda) for p in obj.parameters()):
+            gpu = _GPUS[-1] if _GPUS else GPU()
+            gpu.paused = True
             obj.cpu()  # a whole module: pickled from the CPU, then back (the same Parameter objects)
             try:
                 return real_save(obj, *args, **kwargs)
             finally:
                 obj.cuda()
+                gpu.paused = False
         return real_save(tree_map(to_cpu, obj), *args, **kwargs)
     return save
 
