@@ -186,7 +186,7 @@ def _failure(script: Path, text: str, exc: BaseException, result: Rehearsal) -> 
     result.error = f"{type(exc).__name__}: {message}"
     if not mine:
         return
-    frame = mine[-1]
+    frame = next((f for f in mine if _cpu_names(f, text)), mine[-1])  # the learner's outermost line with a CPU value
     result.line = frame.f_lineno
     result.code = text.splitlines()[frame.f_lineno - 1].strip()
     style = "to" if ".to(device)" in text or ".to(" in text and ".cuda()" not in text else "cuda"
@@ -194,8 +194,7 @@ def _failure(script: Path, text: str, exc: BaseException, result: Rehearsal) -> 
     if "real CUDA runtime" in message or limit:
         result.error = say("rehearse.limit", what=say(f"rehearse.limit.{limit or 'runtime'}"))
     elif "same device" in message:
-        names = [n.id for n in ast.walk(ast.parse(result.code)) if isinstance(n, ast.Name)] if result.code else []
-        on_cpu = [n for n in dict.fromkeys(names) if _on_cpu(frame.f_locals.get(n))]
+        on_cpu = _cpu_names(frame, text)
         fixes = [f"{n} = {n}.to(device)" if style == "to" else f"{n} = {n}.cuda()" for n in on_cpu]
         result.fix = say("rehearse.fix", names=", ".join(on_cpu) or "?", fix="; ".join(fixes) or "?",
                          lesson=LESSONS[style])
@@ -203,9 +202,19 @@ def _failure(script: Path, text: str, exc: BaseException, result: Rehearsal) -> 
         result.fix = say("rehearse.fix_cpu", lesson=LESSONS["numpy" if "numpy" in message else "load"])
 
 
+def _cpu_names(frame, text) -> list:
+    """The names on ``frame``'s line whose tensors (or module's weights) are on the CPU."""
+    try:
+        names = [n.id for n in ast.walk(ast.parse(text.splitlines()[frame.f_lineno - 1].strip()))
+                 if isinstance(n, ast.Name)]
+    except SyntaxError:  # the first line of a statement over several lines
+        names = []
+    return [n for n in dict.fromkeys(names) if _on_cpu(frame.f_locals.get(n))]
+
+
 def _on_cpu(value) -> bool:
     if isinstance(value, torch.nn.Module):
-        return any(not isinstance(p, OnCuda) for p in value.parameters())
+        return any(not isinstance(t, OnCuda) for t in (*value.parameters(), *value.buffers()))
     return isinstance(value, torch.Tensor) and not isinstance(value, OnCuda) and value.dim() > 0
 
 
