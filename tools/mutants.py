@@ -2,7 +2,9 @@
 that code, and report which mistakes the tests catch (a mutant "caught" = its tests fail).
 
 Not part of the default test run: each mutant takes a test run (seconds to a minute or two on 2 cores).
-Usage: python tools/mutants.py [NAME ...]   (default: every mutant; exit 1 when one is missed)
+First the same tests run on an unchanged copy: they must pass there.
+Usage: python tools/mutants.py [NAME ...]   (default: every mutant; exit 1 when one is missed, 2 when the tests
+fail without a mutant)
 """
 from __future__ import annotations
 
@@ -90,15 +92,24 @@ def caught(tree: Path, tests: list) -> bool:
     return subprocess.run(command, cwd=tree, env=env, capture_output=True).returncode != 0
 
 
+def copy_of_project(tmp: str) -> Path:
+    tree = Path(tmp)
+    for part in COPIED:
+        source = ROOT / part
+        (shutil.copytree if source.is_dir() else shutil.copy2)(source, tree / part)
+    return tree
+
+
 def main(names) -> int:
     chosen = [m for m in MUTANTS if not names or m[0] in names]
+    with tempfile.TemporaryDirectory() as tmp:  # without a mutant the same tests must pass, else "caught" means nothing
+        if caught(copy_of_project(tmp), sorted({test for *_, tests in chosen for test in tests})):
+            print("the tests fail without any mutant: fix them first")
+            return 2
     missed = []
     for name, file, before, after, tests in chosen:
         with tempfile.TemporaryDirectory() as tmp:
-            tree = Path(tmp)
-            for part in COPIED:
-                source = ROOT / part
-                (shutil.copytree if source.is_dir() else shutil.copy2)(source, tree / part)
+            tree = copy_of_project(tmp)
             apply(tree, file, before, after)
             start = time.perf_counter()
             result = caught(tree, tests)
