@@ -110,7 +110,7 @@ class _Watch:
         where = (Path(root) if Path(root).is_absolute() else self.script.parent / root).resolve()
         if data.cifar10_on_disk(where):
             return torchvision.datasets.CIFAR10(where, train, transform, target_transform)
-        self.result.note("rehearse.note.synthetic", where=where)
+        self.result.note("rehearse.note.synthetic", where=root)
         return synthetic.SyntheticCIFAR10(train, transform, target_transform, size=64 * (self.batches + 1))
 
     def print(self, *args, **kwargs):
@@ -138,9 +138,14 @@ def _stand_ins(script: Path, result: Rehearsal, batches: int):
     """The script's world for the rehearsal (see :class:`_Watch`), no keyboard, and a SummaryWriter where
     tensorboard is missing."""
     watch = _Watch(script, result, batches)
-    board = types.ModuleType("torch.utils.tensorboard")
-    board.SummaryWriter = lambda *a, **k: types.SimpleNamespace(**{n: (lambda *a, **k: None) for n in (
-        "add_scalar", "add_scalars", "add_image", "add_images", "add_graph", "close", "flush")})
+    board = types.ModuleType("torch.utils.tensorboard")  # where tensorboard is missing: a writer that writes nothing
+
+    def writer(*args, **kwargs):
+        result.note("rehearse.note.tensorboard")
+        return types.SimpleNamespace(**{n: (lambda *a, **k: None) for n in (
+            "add_scalar", "add_scalars", "add_image", "add_images", "add_graph", "close", "flush")})
+
+    board.SummaryWriter = writer
     with contextlib.ExitStack() as stack:
         for owner, name, stand_in in [
                 (DataLoader, "__iter__", lambda loader: watch.loader_iter(loader)),
@@ -153,7 +158,6 @@ def _stand_ins(script: Path, result: Rehearsal, batches: int):
             importlib.import_module("torch.utils.tensorboard")
         except ImportError:
             stack.enter_context(mock.patch.dict(sys.modules, {"torch.utils.tensorboard": board}))
-            result.note("rehearse.note.tensorboard")
         yield
 
 
@@ -232,12 +236,12 @@ def rehearse(script, *args, batches: int = 2, max_seconds: float = 120, lang: st
 
 def _rehearse(script, args, batches, max_seconds, quiet) -> Rehearsal:
     path, text = _source(script)
-    result, before, cwd = Rehearsal(str(script)), list(sys.path), os.getcwd()
+    result, before, cwd = Rehearsal(path.name), list(sys.path), os.getcwd()
     scratch = Path(tempfile.mkdtemp(prefix="tudui-rehearse-"))
     (scratch / "work").mkdir()
     start = time.perf_counter()
     if not quiet:
-        print(say("rehearse.start", script=script, batches=batches, seconds=max_seconds))
+        print(say("rehearse.start", script=path.name, batches=batches, seconds=max_seconds))
     try:
         os.chdir(scratch / "work")  # relative saves and logs land here; CIFAR-10 is looked for next to the script
         sys.path.insert(0, str(path.parent))
@@ -289,7 +293,7 @@ def report(result: Rehearsal) -> str:
     lines += [say("rehearse.notes")] + [f"  - {note}" for note in result.notes] if result.notes else []
     if result.saved:
         lines.append(say("rehearse.saved", files=", ".join(result.saved[:6]), n=len(result.saved)))
-    lines += [say("rehearse.limits"), say("rehearse.took", seconds=result.seconds)]
+    lines.append(say("rehearse.limits"))
     return "\n".join(lines)
 
 
@@ -306,4 +310,5 @@ def add_parser(sub, number):
 def run(args) -> int:
     """The command: exit 0 when the rehearsal passed, 1 when the script raised."""
     result = rehearse(args.script, *args.args, batches=args.batches, max_seconds=args.max_seconds, lang=args.lang)
+    print(say("rehearse.took", seconds=result.seconds))
     return 0 if result.passed else 1
