@@ -16,6 +16,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
+def _language_as_it_was():
+    """Every test: the package's language setting as it was before (a lesson's code run in a test sets it)."""
+    from tudui import text
+    chosen = list(text._chosen)
+    yield
+    text._chosen[:] = chosen
+
+
+@pytest.fixture(autouse=True)
 def _offline_synthetic(monkeypatch):
     """Every test: synthetic data by default, and no network beyond this machine (a download fails at once)."""
     monkeypatch.setenv("TUDUI_DATA", "synthetic")
