@@ -113,29 +113,3 @@ def mps_macos(version: str) -> str:
     """The oldest macOS on which this torch's MPS runs."""
     return [macos for since, macos in TABLE["mps_macos"] if release_key(version) >= release_key(since)][-1]
 
-
-def table(t: dict) -> str:
-    """The Markdown table of what to install, by GPU and by the CUDA version nvidia-smi shows: README and lesson 00."""
-    columns = [((major, minor), label) for major, minor, label in TABLE["driver_columns"]]
-    head = [t["table_gpu"], *(label for _, label in columns)]
-    rows = [head, ["---"] * len(head)]
-    for gpu in TABLE["gpus"]:
-        cap, low, high = tuple(gpu["cap"]), gpu.get("oldest_driver_cuda"), gpu.get("newest_driver_cuda")
-        drivers = [c for c, _ in columns if not (low and c < tuple(low) or high and c > tuple(high))]
-        best = choose(max(drivers), (cap,))
-        cells = [f"{gpu['name']} ({gpu['caps']})"]
-        for column, _ in columns:
-            build = choose(column, (cap,)) if column in drivers else None
-            if build is None:
-                cells.append(t["table_no_driver"] if column not in drivers else t["table_none"])
-            elif build.torch != best.torch:
-                cells.append(t["table_update"].format(build=f"`{build.torch}` {build.variant}", best=best.torch))
-            else:
-                last = t["table_last"] if build.torch != newest() else ""
-                cells.append(f"`{build.torch}` {build.variant}{last}")
-        rows.append(cells)
-    pairs = sorted({b for builds in releases() for b in builds if f"`{b.torch}`" in str(rows)},
-                   key=lambda b: release_key(b.torch), reverse=True)
-    paired = ", ".join(dict.fromkeys(f"`torch=={b.torch} torchvision=={b.torchvision}`" for b in pairs))
-    table = "\n".join("| " + " | ".join(row) + " |" for row in rows)
-    return f"{table}\n\n{t['table_pairs'].format(pairs=paired, checked=TABLE['checked'])}"
