@@ -38,22 +38,18 @@ class Build:
         low, high = (tuple(int(n) for n in end.split(".")) for end in self.python.split("-"))
         return low <= tuple(python)[:2] <= high
 
-    def pins(self, label: bool = False) -> str:
-        tag = f"+{self.variant}" if label else ""
-        return f"torch=={self.torch}{tag} torchvision=={self.torchvision}{tag}"
-
     def install(self, where: str = "official") -> str:
         """The pip command that installs exactly this build, from PyPI's index, NJU's mirror or Aliyun's."""
+        label = f"+{self.variant}" if where == "aliyun" else ""
+        pip = f"python -m pip install torch=={self.torch}{label} torchvision=={self.torchvision}{label}"
         if where == "aliyun":
-            return f"python -m pip install {self.pins(label=True)} -f {ALIYUN}{self.variant}/ -i {TUNA}"
-        index = MIRROR if where == "nju" else WHEELS
-        return f"python -m pip install {self.pins()} --index-url {index}{self.variant}"
+            return f"{pip} -f {ALIYUN}{self.variant}/ -i {TUNA}"
+        return f"{pip} --index-url {MIRROR if where == 'nju' else WHEELS}{self.variant}"
 
 
 def cuda_of(variant: str) -> tuple:
     """``"cu126"`` -> ``(12, 6)``."""
-    digits = variant[2:]
-    return int(digits[:-1]), int(digits[-1])
+    return int(variant[2:-1]), int(variant[-1])
 
 
 def release_key(version: str) -> tuple:
@@ -102,8 +98,7 @@ def choose(driver_cuda: tuple | None, caps: tuple = (), python: tuple | None = N
 
 
 def kernels_of(version: str, cuda: tuple | None) -> tuple:
-    """The architectures the installed build (torch ``version``, CUDA ``cuda``) has kernels for, from the table;
-    () when the table does not know it."""
+    """The architectures torch ``version`` built for CUDA ``cuda`` has kernels for, from the table; () if unknown."""
     known = [b for builds in releases() for b in builds if b.cuda == cuda]
     same = [b for b in known if release_key(b.torch)[:2] == release_key(version)[:2]]
     return (same or known or [Build("", "", "", "", ())])[0].archs
