@@ -74,10 +74,10 @@ def test_every_install_command_the_doctor_prints_is_pinned(build, smi, system, m
 def test_readmes_and_lesson_00_show_the_table_as_it_is():
     for path, lang in stamp_builds.READMES.items():
         text = path.read_text(encoding="utf-8")
-        assert builds.table(doctor.texts(lang)) in text, f"{path.name}: run tools/stamp_builds.py"
+        assert stamp_builds.table(doctor.texts(lang)) in text, f"{path.name}: run tools/stamp_builds.py"
     for path, lang in stamp_builds.LESSONS.items():
         cells = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells)
-        assert builds.table(doctor.texts(lang)) in cells, f"{path.name} ({lang}): run tools/stamp_builds.py"
+        assert stamp_builds.table(doctor.texts(lang)) in cells, f"{path.name} ({lang}): run tools/stamp_builds.py"
 
 
 def test_the_readme_names_the_newest_torch_as_tested():

@@ -1,4 +1,4 @@
-"""Write the table of torch's CUDA builds (tudui/cli/builds.json, through tudui.cli.builds.table) into README.md,
+"""Write the table of torch's CUDA builds (tudui/cli/builds.json, through table() below) into README.md,
 README.zh.md and lesson 00 of both editions, between the markers <!-- builds --> and <!-- /builds -->.
 
 Idempotent. A Chinese cell that was in step with its English before keeps its record of the English it translates
@@ -20,9 +20,36 @@ LESSONS = {ROOT / "notebooks" / "00-your-machine.ipynb": "en", ROOT / "notebooks
 MARKED = re.compile(r"(<!-- builds -->\n)(?:.*?\n)?(<!-- /builds -->)", re.S)
 
 
+def table(t: dict) -> str:
+    """The Markdown table of what to install, by GPU and by the CUDA version nvidia-smi shows: README and lesson 00."""
+    columns = [((major, minor), label) for major, minor, label in builds.TABLE["driver_columns"]]
+    head = [t["table_gpu"], *(label for _, label in columns)]
+    rows = [head, ["---"] * len(head)]
+    for gpu in builds.TABLE["gpus"]:
+        cap, low, high = tuple(gpu["cap"]), gpu.get("oldest_driver_cuda"), gpu.get("newest_driver_cuda")
+        drivers = [c for c, _ in columns if not (low and c < tuple(low) or high and c > tuple(high))]
+        best = builds.choose(max(drivers), (cap,))
+        cells = [f"{gpu['name']} ({gpu['caps']})"]
+        for column, _ in columns:
+            build = builds.choose(column, (cap,)) if column in drivers else None
+            if build is None:
+                cells.append(t["table_no_driver"] if column not in drivers else t["table_none"])
+            elif build.torch != best.torch:
+                cells.append(t["table_update"].format(build=f"`{build.torch}` {build.variant}", best=best.torch))
+            else:
+                last = t["table_last"] if build.torch != builds.newest() else ""
+                cells.append(f"`{build.torch}` {build.variant}{last}")
+        rows.append(cells)
+    pairs = sorted({b for release in builds.releases() for b in release if f"`{b.torch}`" in str(rows)},
+                   key=lambda b: builds.release_key(b.torch), reverse=True)
+    paired = ", ".join(dict.fromkeys(f"`torch=={b.torch} torchvision=={b.torchvision}`" for b in pairs))
+    body = "\n".join("| " + " | ".join(row) + " |" for row in rows)
+    return f"{body}\n\n{t['table_pairs'].format(pairs=paired, checked=builds.TABLE['checked'])}"
+
+
 def stamped(text: str, lang: str) -> str:
     """``text`` with the table of ``lang`` between its markers (unchanged without markers)."""
-    return MARKED.sub(lambda m: m.group(1) + builds.table(doctor.texts(lang)) + "\n" + m.group(2), text)
+    return MARKED.sub(lambda m: m.group(1) + table(doctor.texts(lang)) + "\n" + m.group(2), text)
 
 
 def stamp_lessons() -> None:

@@ -58,9 +58,7 @@ def temp_prefix(path) -> str:
 
 def save_checkpoint(path, model, optimizer=None, epoch=None, **extra):
     """Save model (and optimizer) state_dicts to ``path`` atomically (a link's target is replaced); returns ``path``.
-
-    ``extra``: anything else worth keeping (history, arguments), as plain types.
-    """
+    ``extra``: anything else worth keeping (history, arguments), as plain types."""
     epoch = _plain(epoch, "epoch")
     if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0):
         raise CheckpointError(say("checkpoint.bad_epoch", epoch=epoch))

@@ -117,13 +117,11 @@ def default_num_workers() -> int:
 
 def loaders(train_set, test_set, batch_size=64, device="cpu", num_workers=None, shuffle=True,
             distributed=False, seed=0):
-    """Train and test DataLoaders with settings that suit ``device``.
-
-    pin_memory for CUDA (page-locked memory lets copies overlap compute); workers only where there are
-    cores to spare. The train sampler shuffles by (seed, epoch): call ``train_loader.sampler.set_epoch(epoch)``
-    before each epoch, as :func:`tudui.fit` does, and a resumed run sees the batches of an uninterrupted one.
-    ``distributed``: under torchrun each process reads its own share (the samplers ask torch.distributed).
-    """
+    """Train and test DataLoaders with settings that suit ``device``: pin_memory for CUDA (page-locked memory
+    lets copies overlap compute); workers only where there are cores to spare. The train sampler shuffles by
+    (seed, epoch): call ``train_loader.sampler.set_epoch(epoch)`` before each epoch, as :func:`tudui.fit` does,
+    and a resumed run sees the batches of an uninterrupted one. ``distributed``: under torchrun each process
+    reads its own share (the samplers ask torch.distributed)."""
     workers = default_num_workers() if num_workers is None else num_workers
     one_process = {} if distributed else {"num_replicas": 1, "rank": 0}
     train_sampler = DistributedSampler(train_set, shuffle=shuffle, seed=seed, **one_process)

@@ -3,12 +3,9 @@ from torch import nn
 
 
 class Tudui(nn.Module):
-    """The Tudui network from the xiaotudui PyTorch course (145,578 parameters).
-
-    The layers sit in ``self.model`` as in the course, so its checkpoints' keys (``model.0.weight`` ...)
-    and shapes match. No ReLU, as in the course: max-pooling is the only non-linearity, which is why
-    accuracy on real CIFAR-10 tops out near 65 %.
-    """
+    """The Tudui network from the xiaotudui PyTorch course (145,578 parameters). The layers sit in ``self.model``
+    as in the course, so its checkpoints' keys (``model.0.weight`` ...) and shapes match. No ReLU, as in the
+    course: max-pooling is the only non-linearity, which is why accuracy on real CIFAR-10 tops out near 65 %."""
 
     def __init__(self):
         super().__init__()

@@ -11,11 +11,9 @@ from .text import say
 
 class ResidentLoader:
     """Iterates (images, targets) batches of a CIFAR10-like dataset (``.data``, ``.targets``) held on ``device``.
-
-    The uint8 images become the floats ``ToTensor()`` gives (``/255``, NCHW) on the CPU, bit for bit,
-    then go to the device in one copy. Batches are picked by index on the device, in an order drawn on
-    the CPU once per epoch: no PIL, no per-item Python, no host-to-device copy per batch.
-    """
+    The uint8 images become the floats ``ToTensor()`` gives (``/255``, NCHW) on the CPU, bit for bit, then go to
+    the device in one copy. Batches are picked by index on the device, in an order drawn on the CPU once per
+    epoch: no PIL, no per-item Python, no host-to-device copy per batch."""
 
     def __init__(self, dataset, batch_size=64, device="cpu", shuffle=True, seed=0, drop_last=False):
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:

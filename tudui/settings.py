@@ -14,12 +14,9 @@ AUTODL_DATA_DISK = "/root/autodl-tmp"  # every AutoDL instance's data disk (auto
 
 
 def host() -> str | None:
-    """Which notebook host runs this: "colab", "kaggle", "autodl", "modelscope", or None anywhere else.
-
-    Colab loads ``google.colab`` into every notebook; Kaggle sets $KAGGLE_KERNEL_RUN_TYPE and has /kaggle/working;
-    AutoDL sets $AutoDLContainerUUID and has its data disk; ModelScope's notebooks (Alibaba's PAI-DSW, which
-    looks the same) work in /mnt/workspace.
-    """
+    """Which notebook host runs this: "colab", "kaggle", "autodl", "modelscope", or None anywhere else. Colab
+    loads ``google.colab`` into every notebook; Kaggle sets $KAGGLE_KERNEL_RUN_TYPE and has /kaggle/working; AutoDL
+    sets $AutoDLContainerUUID and has its data disk; ModelScope's (and PAI-DSW's) notebooks work in /mnt/workspace."""
     if "google.colab" in sys.modules:
         return "colab"
     if os.environ.get("KAGGLE_KERNEL_RUN_TYPE") and KAGGLE_WORKING.is_dir():
@@ -32,13 +29,10 @@ def host() -> str | None:
 
 
 def quick_mode(root="data") -> bool:
-    """Should a lesson train on a small subset for a couple of epochs?
-
-    $TUDUI_QUICK=1/0 decides when set. Otherwise full size only with an accelerator, and real CIFAR-10
-    already in ``root`` or a cloud notebook (:func:`host`), which downloads it: a CPU epoch of CIFAR-10
-    takes minutes, and on a GPU machine without the data (offline, say) :func:`tudui.cifar10` would stop: a
-    full-size run never trains on the synthetic stand-in.
-    """
+    """Should a lesson train on a small subset for a couple of epochs? $TUDUI_QUICK=1/0 decides when set.
+    Otherwise full size only with an accelerator, and real CIFAR-10 already in ``root`` or a cloud notebook
+    (:func:`host`), which downloads it: a CPU epoch of CIFAR-10 takes minutes, and on a GPU machine without the
+    data (offline, say) :func:`tudui.cifar10` would stop: a full-size run never trains on the synthetic stand-in."""
     raw = os.environ.get("TUDUI_QUICK", "")
     flag = raw.strip().lower()
     if flag:

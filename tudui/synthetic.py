@@ -9,12 +9,9 @@ CLASSES = say("data.classes", "en").split(",")  # airplane, automobile, ... truc
 
 
 class SyntheticCIFAR10(torchvision.datasets.VisionDataset):
-    """A deterministic, learnable stand-in with CIFAR10's interface.
-
-    Each class has a smooth colour pattern; an image is its class pattern,
-    shifted, dimmed and noised. ``.data`` is uint8 NHWC, ``.targets`` a list,
-    and items go through PIL and the transform exactly like CIFAR10's.
-    """
+    """A deterministic, learnable stand-in with CIFAR10's interface. Each class has a smooth colour pattern; an
+    image is its class pattern, shifted, dimmed and noised. ``.data`` is uint8 NHWC, ``.targets`` a list, and
+    items go through PIL and the transform exactly like CIFAR10's."""
 
     is_synthetic = True
     classes = CLASSES
@@ -42,11 +39,8 @@ class SyntheticCIFAR10(torchvision.datasets.VisionDataset):
 
 
 def _class_patterns(seed: int) -> np.ndarray:
-    """Ten 36x36 RGB patterns of 9x9-pixel blocks, each colour channel on or off.
-
-    The on/off codes are rows of a Hadamard matrix (columns shuffled by the
-    seed), so any two classes differ in half of their 48 blocks.
-    """
+    """Ten 36x36 RGB patterns of 9x9-pixel blocks, each colour channel on or off. The on/off codes are rows of
+    a Hadamard matrix (columns shuffled by the seed), so any two classes differ in half of their 48 blocks."""
     rng = np.random.default_rng([seed, 10])
     hadamard = np.array([[1]])
     while len(hadamard) < 64:

@@ -78,15 +78,10 @@ def build_parser():
     return p
 
 
-def diagnose(args):
-    from . import doctor as diagnosis
-    diagnosis.run(lang=args.lang)
-
-
 def _run(args) -> int | None:
-    from . import prediction, rehearse, training
-    return {"doctor": diagnose, "train": training.train, "predict": prediction.predict,
-            "rehearse": rehearse.run}[args.command](args)
+    from . import doctor, prediction, rehearse, training
+    return {"doctor": lambda a: doctor.run(lang=a.lang), "train": training.train,
+            "predict": prediction.predict, "rehearse": rehearse.run}[args.command](args)
 
 
 def _language(argv) -> str:

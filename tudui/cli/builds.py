@@ -38,22 +38,18 @@ class Build:
         low, high = (tuple(int(n) for n in end.split(".")) for end in self.python.split("-"))
         return low <= tuple(python)[:2] <= high
 
-    def pins(self, label: bool = False) -> str:
-        tag = f"+{self.variant}" if label else ""
-        return f"torch=={self.torch}{tag} torchvision=={self.torchvision}{tag}"
-
     def install(self, where: str = "official") -> str:
         """The pip command that installs exactly this build, from PyPI's index, NJU's mirror or Aliyun's."""
+        label = f"+{self.variant}" if where == "aliyun" else ""
+        pip = f"python -m pip install torch=={self.torch}{label} torchvision=={self.torchvision}{label}"
         if where == "aliyun":
-            return f"python -m pip install {self.pins(label=True)} -f {ALIYUN}{self.variant}/ -i {TUNA}"
-        index = MIRROR if where == "nju" else WHEELS
-        return f"python -m pip install {self.pins()} --index-url {index}{self.variant}"
+            return f"{pip} -f {ALIYUN}{self.variant}/ -i {TUNA}"
+        return f"{pip} --index-url {MIRROR if where == 'nju' else WHEELS}{self.variant}"
 
 
 def cuda_of(variant: str) -> tuple:
     """``"cu126"`` -> ``(12, 6)``."""
-    digits = variant[2:]
-    return int(digits[:-1]), int(digits[-1])
+    return int(variant[2:-1]), int(variant[-1])
 
 
 def release_key(version: str) -> tuple:
@@ -102,8 +98,7 @@ def choose(driver_cuda: tuple | None, caps: tuple = (), python: tuple | None = N
 
 
 def kernels_of(version: str, cuda: tuple | None) -> tuple:
-    """The architectures the installed build (torch ``version``, CUDA ``cuda``) has kernels for, from the table;
-    () when the table does not know it."""
+    """The architectures torch ``version`` built for CUDA ``cuda`` has kernels for, from the table; () if unknown."""
     known = [b for builds in releases() for b in builds if b.cuda == cuda]
     same = [b for b in known if release_key(b.torch)[:2] == release_key(version)[:2]]
     return (same or known or [Build("", "", "", "", ())])[0].archs
@@ -113,29 +108,3 @@ def mps_macos(version: str) -> str:
     """The oldest macOS on which this torch's MPS runs."""
     return [macos for since, macos in TABLE["mps_macos"] if release_key(version) >= release_key(since)][-1]
 
-
-def table(t: dict) -> str:
-    """The Markdown table of what to install, by GPU and by the CUDA version nvidia-smi shows: README and lesson 00."""
-    columns = [((major, minor), label) for major, minor, label in TABLE["driver_columns"]]
-    head = [t["table_gpu"], *(label for _, label in columns)]
-    rows = [head, ["---"] * len(head)]
-    for gpu in TABLE["gpus"]:
-        cap, low, high = tuple(gpu["cap"]), gpu.get("oldest_driver_cuda"), gpu.get("newest_driver_cuda")
-        drivers = [c for c, _ in columns if not (low and c < tuple(low) or high and c > tuple(high))]
-        best = choose(max(drivers), (cap,))
-        cells = [f"{gpu['name']} ({gpu['caps']})"]
-        for column, _ in columns:
-            build = choose(column, (cap,)) if column in drivers else None
-            if build is None:
-                cells.append(t["table_no_driver"] if column not in drivers else t["table_none"])
-            elif build.torch != best.torch:
-                cells.append(t["table_update"].format(build=f"`{build.torch}` {build.variant}", best=best.torch))
-            else:
-                last = t["table_last"] if build.torch != newest() else ""
-                cells.append(f"`{build.torch}` {build.variant}{last}")
-        rows.append(cells)
-    pairs = sorted({b for builds in releases() for b in builds if f"`{b.torch}`" in str(rows)},
-                   key=lambda b: release_key(b.torch), reverse=True)
-    paired = ", ".join(dict.fromkeys(f"`torch=={b.torch} torchvision=={b.torchvision}`" for b in pairs))
-    table = "\n".join("| " + " | ".join(row) + " |" for row in rows)
-    return f"{table}\n\n{t['table_pairs'].format(pairs=paired, checked=TABLE['checked'])}"

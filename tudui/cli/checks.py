@@ -106,10 +106,8 @@ def _pop(stack, before):
 
 
 def _pushed(op, arg, popped, memo):
-    if op.name in ("GLOBAL", "INST"):
-        return [arg.replace(" ", ".")]
-    if op.name == "STACK_GLOBAL":
-        return [".".join(map(str, popped))]
+    if op.name in ("GLOBAL", "INST", "STACK_GLOBAL"):  # the callee's dotted name
+        return [arg.replace(" ", ".") if arg else ".".join(map(str, popped))]
     if op.name in ("GET", "BINGET", "LONG_BINGET"):
         return [memo.get(arg)]
     if op.name == "MARK":

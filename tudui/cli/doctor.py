@@ -20,7 +20,6 @@ import torch
 
 from ..device import best_accelerator
 from . import builds
-from .builds import has_kernels
 from ..model import Tudui
 from ..timing import measure
 
@@ -140,9 +139,8 @@ def parse_nvidia_smi(query: str, header: str) -> NvidiaSmi | None:
     rows = parse_gpu_query(query)
     if not rows:
         return None
-    caps = tuple(cap for _, _, cap in rows)
-    return NvidiaSmi(tuple(name for name, _, _ in rows), rows[0][1], parse_cuda_version(header),
-                     caps if None not in caps else ())
+    names, drivers, caps = zip(*rows)
+    return NvidiaSmi(names, drivers[0], parse_cuda_version(header), caps if None not in caps else ())
 
 
 def missing_kernels(build: TorchBuild, caps: tuple) -> bool:
@@ -150,7 +148,7 @@ def missing_kernels(build: TorchBuild, caps: tuple) -> bool:
     if any(p in (build.kernel_error or "") for p in NO_KERNEL):
         return True
     archs = build.arch_list or builds.kernels_of(build.version, build.cuda)
-    return bool(archs and caps) and not all(has_kernels(archs, cap) for cap in caps)
+    return bool(archs and caps) and not all(builds.has_kernels(archs, cap) for cap in caps)
 
 
 def choose(driver_cuda: tuple | None, caps: tuple) -> builds.Build | None:
@@ -165,13 +163,9 @@ def install_lines(build: builds.Build, t: dict) -> list:
 
 def install_steps(build: builds.Build, driver_cuda: tuple | None, caps: tuple, t: dict) -> tuple:
     """Why this build; uninstall, install it, check."""
-    if driver_cuda is None:
-        why = t["why_plain"]
-    else:
-        why = t["why_runs" if build.cuda <= driver_cuda else "why_minor"]
-    driver = dotted(driver_cuda) if driver_cuda else None
-    lines = [t["install"].format(torch=build.torch, python=build.python, why=why.format(cuda=dotted(build.cuda), driver=driver,
-                                                                     major=build.cuda[0]))]
+    why = t["why_plain"] if driver_cuda is None else t["why_runs" if build.cuda <= driver_cuda else "why_minor"]
+    why = why.format(cuda=dotted(build.cuda), driver=driver_cuda and dotted(driver_cuda), major=build.cuda[0])
+    lines = [t["install"].format(torch=build.torch, python=build.python, why=why)]
     best = choose(R580_CUDA if caps and min(caps) < (7, 5) else (99, 9), caps)  # with the newest driver it can have
     if best and best.torch != build.torch or driver_cuda and build.cuda > driver_cuda:
         lines.insert(0, t["best_driver"].format(page=DRIVER_PAGE))
@@ -184,12 +178,8 @@ def driver_steps(driver_cuda: tuple | None, caps: tuple, t: dict) -> tuple:
     lines = [t["update_driver"].format(page=DRIVER_PAGE)]
     build, after = choose(driver_cuda, caps), caps and choose(R580_CUDA, caps)
     if build:
-        lines += [t["keep_driver"].format(cuda=dotted(build.cuda), torch=build.torch), *install_lines(build, t)]
-    elif after:
-        lines.append(t["branch_580"].format(cuda=dotted(after.cuda)))
-    else:
-        lines.append(t["too_old_gpu"])
-    return tuple(lines)
+        return (*lines, t["keep_driver"].format(cuda=dotted(build.cuda), torch=build.torch), *install_lines(build, t))
+    return (*lines, t["branch_580"].format(cuda=dotted(after.cuda)) if after else t["too_old_gpu"])
 
 
 def no_gpu_steps(build: TorchBuild, system: str, machine: str, t: dict) -> tuple:
@@ -219,18 +209,15 @@ def cuda_build_not_working(build: TorchBuild, smi: NvidiaSmi, visible: str | Non
     if smi.cuda and build.cuda > smi.cuda:
         summary = t["too_new"].format(cuda=dotted(build.cuda), driver=smi.driver, driver_cuda=dotted(smi.cuda))
         return Advice(CASE_BUILD_TOO_NEW, summary, driver_steps(smi.cuda, caps, t))
-    summary = t["not_usable"].format(gpu=smi.gpus[0])
-    if visible is not None and visible.strip() in ("", "-1"):
-        return Advice(CASE_GPU_NOT_USABLE, summary, (t["hidden"].format(visible=repr(visible)),))
-    return Advice(CASE_GPU_NOT_USABLE, summary, (t["read_error"], f"    {TRY_CUDA}"))
+    hidden = visible is not None and visible.strip() in ("", "-1")
+    steps = (t["hidden"].format(visible=repr(visible)),) if hidden else (t["read_error"], f"    {TRY_CUDA}")
+    return Advice(CASE_GPU_NOT_USABLE, t["not_usable"].format(gpu=smi.gpus[0]), steps)
 
 
 def smi_failed(failure: SmiFailure, t: dict) -> Advice:
     """nvidia-smi exists but failed: the driver is installed, and not working."""
-    if failure.code is None:
-        what = t["smi_error"].format(message=failure.message)
-    else:
-        what = t["exited"].format(code=failure.code, why=t["not_loaded"] if failure.code == 9 else t["failed"])
+    what = t["smi_error"].format(message=failure.message) if failure.code is None else t["exited"].format(
+        code=failure.code, why=t["not_loaded"] if failure.code == 9 else t["failed"])
     steps = [t["restart"], f"    {DRIVER_PAGE}"]
     if failure.code == 9:
         steps.append(t["secure_boot"])
@@ -241,11 +228,9 @@ def smi_failed(failure: SmiFailure, t: dict) -> Advice:
 
 def advise(build: TorchBuild, smi, system: str = "", machine: str = "", visible: str | None = None,
            lang: str = "en") -> Advice:
-    """Which situation holds, and the one thing to do.
-
-    smi: an NvidiaSmi, an SmiFailure, or None (no nvidia-smi); system, machine: ``platform.system()`` and
-    ``platform.machine()``; visible: $CUDA_VISIBLE_DEVICES; lang: the language of the advice, "en" or "zh".
-    """
+    """Which situation holds, and the one thing to do. smi: an NvidiaSmi, an SmiFailure, or None (no nvidia-smi);
+    system, machine: ``platform.system()`` and ``platform.machine()``; visible: $CUDA_VISIBLE_DEVICES; lang: the
+    language of the advice, "en" or "zh"."""
     t = texts(lang)
     found = smi if isinstance(smi, NvidiaSmi) else None
     caps = build.caps or (found.caps if found else ())
@@ -271,8 +256,7 @@ def advise(build: TorchBuild, smi, system: str = "", machine: str = "", visible:
 # Gathering the facts: everything below touches the machine.
 
 def run_nvidia_smi(exe: str, *args, timeout: float):
-    return subprocess.run([exe, *args], capture_output=True, text=True, encoding="utf-8", errors="replace",
-                          timeout=timeout)
+    return subprocess.run([exe, *args], capture_output=True, encoding="utf-8", errors="replace", timeout=timeout)
 
 
 def read_nvidia_smi(timeout: float = SMI_TIMEOUT) -> NvidiaSmi | SmiFailure | None:
@@ -361,15 +345,13 @@ def training_speed(device, batch_size: int = 64, steps: int = 10, repeat: int = 
     """Images/s of Tudui training steps on ``device`` (random data): the median of ``repeat`` timings of ``steps``
     steps, after ``WARMUP_STEPS`` untimed ones (one-off costs would otherwise dominate a measurement this short)."""
     model = Tudui().to(device)
-    x = torch.rand(batch_size, 3, 32, 32, device=device)
-    y = torch.randint(0, 10, (batch_size,), device=device)
+    x, y = torch.rand(batch_size, 3, 32, 32, device=device), torch.randint(0, 10, (batch_size,), device=device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
 
     def train_steps(n):
         for _ in range(n):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
-            loss.backward()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
 
     train_steps(WARMUP_STEPS)
@@ -377,16 +359,13 @@ def training_speed(device, batch_size: int = 64, steps: int = 10, repeat: int = 
 
 
 def run(steps: int = 10, lang: str = "en") -> None:
-    """Print the diagnosis: torch build, nvidia-smi, devices, measured speed, and what to do.
-
-    steps: training steps per timed measurement on each device; lang: "en" or "zh" (the notebook's or ``--lang``).
-    """
+    """Print the diagnosis: torch build, nvidia-smi, devices, measured speed, and what to do. steps: training
+    steps per timed measurement on each device; lang: "en" or "zh" (the notebook's or ``--lang``)."""
     t = texts(lang)
     build, smi = torch_build(), read_nvidia_smi()
     accelerator = None if build.kernel_error else best_accelerator()  # no speed test where no kernel runs
-    print(t["report_torch"].format(version=build.version, build=describe_build(build, lang),
-                                   python=platform.python_version(), system=platform.system(),
-                                   machine=platform.machine()))
+    print(t["report_torch"].format(version=build.version, build=describe_build(build, lang), machine=platform.machine(),
+                                   python=platform.python_version(), system=platform.system()))
     print(t["report_smi"].format(smi=describe_smi(smi, lang)))
     print(t["report_devices"].format(devices=describe_devices(lang)))
     if build.cuda_available:
@@ -398,6 +377,4 @@ def run(steps: int = 10, lang: str = "en") -> None:
         speed = training_speed(accelerator, steps=steps)
         print(t["speed_gpu"].format(device=accelerator, speed=speed, ratio=speed / cpu))
     advice = advise(build, smi, platform.system(), platform.machine(), os.environ.get("CUDA_VISIBLE_DEVICES"), lang)
-    print(f"\n{advice.summary}")
-    for line in advice.steps:
-        print(line)
+    print("\n" + "\n".join((advice.summary, *advice.steps)))

@@ -1,17 +1,15 @@
 """A pretend GPU: "cuda:0" tensors on a machine without one, which refuse to meet CPU tensors as CUDA does.
 
-With ``pretend_gpu():`` active (``python -m tudui rehearse`` and the tests use it), anything moved or created on "cuda" becomes an :class:`OnCuda` tensor: it
-says ``device(type='cuda', index=0)`` to Python code, holds its real values in a CPU tensor (so losses,
-``.item()`` and prints work), and every operation that mixes it with a CPU tensor raises the error CUDA
-raises ("Expected all tensors to be on the same device"). A CPU scalar (a 0-dim tensor) may mix only where CUDA
-lets it: as an input of an elementwise operation, never as its output nor in stack, cat or indexing.
-
-Underneath, an OnCuda tensor is on torch's ``meta`` device: autograd and the optimizers then never ask a
-CUDA driver for anything. torch.cuda's questions get the answers of one GPU; anything else that would start
-the real CUDA runtime raises instead. ``torch.load(..., map_location="cuda")`` gives cuda:0 tensors. Every read
-of a GPU value by the CPU (``.item()``, ``.tolist()``, ``.cpu()``, printing) is counted in ``syncs``, a
-``non_blocking`` copy to the CPU (read before any synchronisation) in ``unsynced``. Not covered: CUDA events and
-streams, several GPUs.
+Inside ``pretend_gpu()`` (``python -m tudui rehearse`` and the tests use it), anything moved or created on "cuda"
+becomes an :class:`OnCuda` tensor: it says ``device(type='cuda', index=0)`` to Python code, holds its values in a
+CPU tensor (so losses, ``.item()`` and prints work), and every operation that mixes it with a CPU tensor raises
+CUDA's error ("Expected all tensors to be on the same device"). A CPU scalar (a 0-dim tensor) may mix only where
+CUDA lets it: as an input of an elementwise operation, never as its output nor in stack, cat or indexing.
+Underneath, an OnCuda tensor is on torch's ``meta`` device: autograd and the optimizers never ask a CUDA driver
+for anything. torch.cuda's questions get the answers of one GPU; anything else that would start the real CUDA
+runtime raises. ``torch.load(..., map_location="cuda")`` gives cuda:0 tensors. Every read of a GPU value by the
+CPU (``.item()``, ``.tolist()``, ``.cpu()``, printing) is counted in ``syncs``, a ``non_blocking`` copy to the CPU
+(read before any synchronisation) in ``unsynced``. Not covered: CUDA events and streams, several GPUs.
 """
 from __future__ import annotations
 
@@ -23,7 +21,7 @@ from unittest import mock
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_leaves, tree_map
 
 CUDA = torch.device("cuda", 0)
 COPIES = {torch.ops.aten.copy_.default}  # dst.copy_(src) copies across devices, as load_state_dict does
@@ -57,7 +55,7 @@ class OnCuda(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        tensors = [t for t in _leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         if func not in COPIES and any(not isinstance(t, OnCuda) and not _scalar_input(func, t, args) for t in tensors):
             raise RuntimeError(f"{MIXED} (pretend CUDA, in {func})")
         wrappers = {id(t.elem): t for t in tensors if isinstance(t, OnCuda)}
@@ -65,11 +63,8 @@ class OnCuda(torch.Tensor):
         if cpu_kwargs.get("device") is not None and torch.device(cpu_kwargs["device"]).type == "meta":
             cpu_kwargs["device"] = torch.device("cpu")  # e.g. empty_like(x): made where x's values are
         out = func(*cpu_args, **cpu_kwargs)
-        # an in-place op returns its input: give back the same OnCuda object
-        def wrap(t):
-            if not isinstance(t, torch.Tensor):
-                return t
-            return wrappers[id(t)] if id(t) in wrappers else OnCuda(t)
+        def wrap(t):  # an in-place op returns its input: give back the same OnCuda object
+            return wrappers[id(t)] if id(t) in wrappers else OnCuda(t) if isinstance(t, torch.Tensor) else t
         return tree_map(wrap, out)
 
 
@@ -86,10 +81,6 @@ def _scalar_input(func, tensor, args) -> bool:
     """A CPU 0-dim tensor CUDA takes: an input of an elementwise operation (not the tensor an in-place one writes)."""
     written = torch.Tag.inplace in func.tags and args and args[0] is tensor
     return tensor.dim() == 0 and POINTWISE in func.tags and not written
-
-
-def _leaves(tree):
-    return torch.utils._pytree.tree_leaves(tree)
 
 
 def _unwrap(t):
@@ -157,10 +148,8 @@ class _Redirect(TorchFunctionMode):
 
     @staticmethod
     def _move(func, name, tensor, rest, kwargs):
-        if name == "cuda":
-            target, dtype, memory_format = CUDA, None, None
-        elif name == "cpu":
-            target, dtype, memory_format = torch.device("cpu"), None, None
+        if name in ("cuda", "cpu"):
+            target, dtype, memory_format = CUDA if name == "cuda" else torch.device("cpu"), None, None
         else:
             if rest and isinstance(rest[0], torch.Tensor):  # x.to(other): other's device and dtype
                 rest = (rest[0].device, rest[0].dtype) + tuple(rest[1:])
@@ -216,9 +205,9 @@ ONE_GPU = {  # torch.cuda's answers on a machine with one (pretend) GPU
         name="Pretend GPU", total_memory=80 * 2**30, major=9, minor=0, multi_processor_count=132),
 }
 NO_CAPTURE = types.SimpleNamespace(is_capturing=lambda: False, synchronize=lambda: None)  # the current stream
-ACCELERATOR = {"current_stream": lambda *a, **k: NO_CAPTURE, "is_available": lambda: True, "current_accelerator": lambda *a, **k: torch.device("cuda"),
-               "current_device_index": lambda: 0, "set_device_index": lambda index: None,
-               "device_count": lambda: 1, "synchronize": lambda *a, **k: None}
+ACCELERATOR = {"current_stream": lambda *a, **k: NO_CAPTURE, "is_available": lambda: True,
+               "current_accelerator": lambda *a, **k: torch.device("cuda"), "current_device_index": lambda: 0,
+               "set_device_index": lambda index: None, "device_count": lambda: 1, "synchronize": lambda *a, **k: None}
 
 
 @contextlib.contextmanager
@@ -228,10 +217,9 @@ def pretend_gpu():
     _GPUS.append(gpu)
     with contextlib.ExitStack() as stack:
         stack.callback(_GPUS.remove, gpu)
-        for name, stand_in in ONE_GPU.items():
-            stack.enter_context(mock.patch.object(torch.cuda, name, stand_in))
-        for name, stand_in in ACCELERATOR.items():
-            stack.enter_context(mock.patch.object(torch.accelerator, name, stand_in))
+        for owner, stand_ins in ((torch.cuda, ONE_GPU), (torch.accelerator, ACCELERATOR)):
+            for name, stand_in in stand_ins.items():
+                stack.enter_context(mock.patch.object(owner, name, stand_in))
         stack.enter_context(mock.patch.object(torch.version, "cuda", torch.version.cuda or "13.0"))
         # pinned memory needs a driver; the DataLoader's pinning thread does not see the mode below
         stack.enter_context(mock.patch.object(torch.Tensor, "pin_memory", lambda self, device=None: self))

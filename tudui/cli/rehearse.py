@@ -81,9 +81,8 @@ def _source(script) -> tuple:
 
 
 def _line_in(script: Path, frames) -> int | None:
-    """The last line of ``script`` among ``frames`` (traceback frames or (file, line) pairs)."""
-    lines = [f[1] if isinstance(f, tuple) else f.lineno for f in frames
-             if (f[0] if isinstance(f, tuple) else f.filename) == str(script)]
+    """The last line of ``script`` among ``frames``, (file, line) pairs."""
+    lines = [line for file, line in frames if file == str(script)]
     return lines[-1] if lines else None
 
 
@@ -161,12 +160,6 @@ def _stand_ins(script: Path, result: Rehearsal, batches: int):
         yield
 
 
-def _discarded_moves(tree) -> set:
-    """Lines that call ``x.to(...)`` or ``x.cuda()`` as a statement of its own: a tensor's result thrown away."""
-    return {node.lineno for node in ast.walk(tree) if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-            and isinstance(node.value.func, ast.Attribute) and node.value.func.attr in ("to", "cuda")}
-
-
 def _read(script: Path, text: str, result: Rehearsal, gpu) -> None:
     """Notes from the script's text and from what moved where while it ran."""
     tree = ast.parse(text)
@@ -176,7 +169,10 @@ def _read(script: Path, text: str, result: Rehearsal, gpu) -> None:
                 and "is_available" not in text:
             result.note("rehearse.note.no_fallback", node.lineno)
     moves = {_line_in(script, frames) for _, frames in gpu.moved}
-    for line in sorted(_discarded_moves(tree) & moves):
+    discarded = {node.lineno for node in ast.walk(tree)  # x.to(...) or x.cuda() as a statement: its result lost
+                 if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+                 and isinstance(node.value.func, ast.Attribute) and node.value.func.attr in ("to", "cuda")}
+    for line in sorted(discarded & moves):
         result.note("rehearse.note.discarded", line)
     result.tensors, result.syncs = len(gpu.moved), gpu.syncs
     if not gpu.moved and not result.modules:
