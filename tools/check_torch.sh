@@ -9,7 +9,8 @@ vision_version=${2:?usage: tools/check_torch.sh TORCH_VERSION TORCHVISION_VERSIO
 venv=${3:-/tmp/tudui-torch-$torch_version}
 cd "$(dirname "$0")/.."
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install -q "torch==$torch_version" "torchvision==$vision_version"
+# setuptools: the setup cell's test builds tudui without build isolation (old torch keeps an old one)
+"$venv/bin/pip" install -q "torch==$torch_version" "torchvision==$vision_version" "setuptools>=70.1"
 "$venv/bin/pip" install -q -r requirements.txt
 "$venv/bin/python" -c "import torch, torchvision; print('torch', torch.__version__, '| torchvision', torchvision.__version__)"
 # Unit tests, then the notebooks with --nbval-lax (stored outputs come from the newest torch).

@@ -79,7 +79,8 @@ def callers() -> list:
 
 def _scalar_input(func, tensor, args) -> bool:
     """A CPU 0-dim tensor CUDA takes: an input of an elementwise operation (not the tensor an in-place one writes)."""
-    written = torch.Tag.inplace in func.tags and args and args[0] is tensor
+    first = func._schema.arguments[:1]  # an in-place op's first argument is written (torch.Tag.inplace, from 2.8)
+    written = bool(first) and first[0].alias_info is not None and first[0].alias_info.is_write and args[0] is tensor
     return tensor.dim() == 0 and POINTWISE in func.tags and not written
 
 
