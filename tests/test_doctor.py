@@ -572,7 +572,7 @@ def windows_laptop(monkeypatch):
 
 def assert_chinese_report(out):
     lines = out.splitlines()
-    assert lines[0].startswith("torch 2.14.1：CPU 版；Python ") and lines[1].startswith("nvidia-smi：NVIDIA GeForce")
+    assert lines[0].startswith("torch 2.14.1：CPU 版本的 torch；Python ") and lines[1].startswith("nvidia-smi：NVIDIA GeForce")
     assert lines[2].startswith("torch 能用的设备：cpu（") and "训练速度（Tudui，批量大小 64）：cpu 每秒 1,000 张图片" in out
     assert "    python -m pip install torch==2.14.1 torchvision==0.29.1 --index-url https://download.pytorch.org/whl/cu126" in lines
     assert all(CHINESE.search(line) for line in lines if line and not line.startswith("    ")), out
