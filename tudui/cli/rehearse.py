@@ -8,7 +8,6 @@ fail on a real GPU, and the fix in the script's own style.
 from __future__ import annotations
 
 import _thread
-import argparse
 import ast
 import builtins
 import contextlib
@@ -291,16 +290,6 @@ def report(result: Rehearsal) -> str:
         lines.append(say("rehearse.saved", files=", ".join(result.saved[:6]), n=len(result.saved)))
     lines.append(say("rehearse.limits"))
     return "\n".join(lines)
-
-
-def add_parser(sub, number):
-    """``rehearse``'s command line (``number``: the CLI's range-checked argparse types)."""
-    r = sub.add_parser("rehearse", help=say("rehearse.help.command"))
-    r.add_argument("--batches", type=number(int, 1, 10_000), default=2, help=say("rehearse.help.batches"))
-    r.add_argument("--max-seconds", type=number(float, 1, 86_400), default=120, help=say("rehearse.help.seconds"))
-    r.add_argument("script", help=say("rehearse.help.script"))
-    r.add_argument("args", nargs=argparse.REMAINDER, help=say("rehearse.help.args"))
-    return r
 
 
 def run(args) -> int:
