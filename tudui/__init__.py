@@ -1,8 +1,6 @@
 """The lessons' code, collected: train the course's Tudui network on the CPU, a GPU or anything else.
-
-Each name below is written out in a lesson first. Modules load on first use: ``import tudui`` is
-quick and loads nothing of the tool (``tudui.cli``, which only ``python -m tudui`` imports).
-"""
+Each name below is written out in a lesson first. Modules load on first use: ``import tudui`` is quick and loads nothing
+of the tool (``tudui.cli``, which only ``python -m tudui`` imports)."""
 from importlib import import_module
 
 __version__ = "0.1.0"

@@ -1,9 +1,7 @@
 """Checkpoints that move between devices safely (notebook 04).
-
-state_dicts, written atomically (a temp file, then ``os.replace``: an interruption leaves the old file or
-the new one); loaded with ``weights_only=True`` and ``map_location``, so a GPU's file loads on a CPU and no
-file runs code. The course's whole-model files are read with an allow-list of the classes Tudui is built from.
-"""
+state_dicts, written atomically (a temp file, then ``os.replace``: an interruption leaves the old file or the new one);
+loaded with ``weights_only=True`` and ``map_location``, so a GPU's file loads on a CPU and no file runs code. The
+course's whole-model files are read with an allow-list of the classes Tudui is built from."""
 from __future__ import annotations
 
 import copy
@@ -150,11 +148,10 @@ def parts(obj, path):
 
 
 def load_checkpoint(path, model, optimizer=None, device="cpu", restore_rng=False):
-    """Load our checkpoint, a state_dict or a course whole-model file into ``model`` (and ``optimizer``), both
-    moved to ``device``; returns ``epoch``, ``extra``, ``format``. ``restore_rng``: the saved CPU random state,
-    so a resumed run shuffles as an uninterrupted one. torch's strict ``load_state_dict`` (names, shapes) is
-    tried on copies first: a file that does not fit changes nothing.
-    """
+    """Load our checkpoint, a state_dict or a course whole-model file into ``model`` (and ``optimizer``), both moved to
+    ``device``; returns ``epoch``, ``extra``, ``format``. ``restore_rng``: the saved CPU random state, so a resumed run
+    shuffles as an uninterrupted one. torch's strict ``load_state_dict`` (names, shapes) is tried on copies first: a
+    file that does not fit changes nothing."""
     device = pick_device(device)
     weights, kind, ours = parts(read_checkpoint(path, device), path)
     target = unwrap(model)

@@ -67,11 +67,10 @@ def _load_real(train: bool, root: str):
 
 
 def cifar10(train=True, root="data", source=None, limit=None, seed=0, full=None):
-    """CIFAR-10 with ``ToTensor()``, the course's preprocessing; ``limit``: only its first images.
-
-    source: ``"auto"`` (real CIFAR-10 from ``root``, downloaded if needed; without it a quick run takes the
-    synthetic stand-in, said in one line, and a ``full``-size run stops: default ``not quick_mode(root)``),
-    ``"cifar10"`` (the real set or a DataError), ``"synthetic"``; default: $TUDUI_DATA or auto."""
+    """CIFAR-10 with ``ToTensor()``, the course's preprocessing; ``limit``: only its first images. source: ``"auto"``
+    (real CIFAR-10 from ``root``, downloaded if needed; without it a quick run takes the synthetic stand-in, said in one
+    line, and a ``full``-size run stops: default ``not quick_mode(root)``), ``"cifar10"`` (the real set or a DataError),
+    ``"synthetic"``; default: $TUDUI_DATA or auto."""
     source = default_source() if source is None else source
     if source not in SOURCES:
         raise DataError(say("data.bad_source", source=source, sources=", ".join(SOURCES)))

@@ -1,9 +1,7 @@
 """Training on several devices with torchrun and DistributedDataParallel (notebook 08).
-
-torchrun starts one process per device and sets ``RANK`` (0 .. WORLD_SIZE-1 over all machines), ``LOCAL_RANK``
-(which device on this machine) and ``WORLD_SIZE``. :func:`setup` reads them, takes the process's device and
-joins the process group: ``nccl`` for NVIDIA GPUs, ``gloo`` for CPUs. Without torchrun it joins nothing.
-"""
+torchrun starts one process per device and sets ``RANK`` (0 .. WORLD_SIZE-1 over all machines), ``LOCAL_RANK`` (which
+device on this machine) and ``WORLD_SIZE``. :func:`setup` reads them, takes the process's device and joins the process
+group: ``nccl`` for NVIDIA GPUs, ``gloo`` for CPUs. Without torchrun it joins nothing."""
 from __future__ import annotations
 
 import datetime
@@ -110,9 +108,8 @@ def setup(want="auto") -> Context:
 
 
 def teardown():
-    """Leave the process group, if joined; safe to call twice. On a clean exit every process first waits for
-    the others (after an error torchrun stops them). Free the DDP model first: one that holds the group can
-    hang the exit."""
+    """Leave the process group, if joined; safe to call twice. On a clean exit every process first waits for the others
+    (after an error torchrun stops them). Free the DDP model first: one that holds the group can hang the exit."""
     if dist.is_available() and dist.is_initialized():
         if sys.exc_info()[0] is None:  # no exception on its way out
             dist.barrier()

@@ -53,9 +53,8 @@ class Stopwatch:
 
 
 def interleaved(runs, device, rounds=5, warmup=1):
-    """Time each runs[name]() on `device` once per round, taking turns: A B, then B A, ...
-    Returns {name: [seconds, ...]}. Slow drift of the machine (clock speed, heat, other programs)
-    then falls on all of them alike."""
+    """``{name: [seconds, ...]}``: each ``runs[name]()`` timed on ``device`` once per round, taking turns (A B, then
+    B A, ...). Slow drift of the machine (clock speed, heat, other programs) then falls on all of them alike."""
     names = list(runs)
     for _ in range(warmup):                       # untimed: one-off costs (workers starting, cuDNN loading)
         for name in names:

@@ -1,7 +1,6 @@
 """The tool: ``python -m tudui doctor | train | predict | rehearse``, with one error boundary (:func:`main`).
-Only ``python -m tudui`` and the ``tudui`` script import this package; ``import tudui`` does not. torch is
-imported inside the boundary, after what must come first: the language, and a working folder that exists.
-"""
+Only ``python -m tudui`` and the ``tudui`` script import this package; ``import tudui`` does not. torch is imported
+inside the boundary, after what must come first: the language, and a working folder that exists."""
 import argparse
 import importlib
 import json

@@ -68,13 +68,11 @@ def has_kernels(arch_list, cap: tuple) -> bool:
 
 
 def choose(driver_cuda: tuple | None, caps: tuple = (), python: tuple | None = None) -> Build | None:
-    """The build to install: the newest release with kernels for every GPU in ``caps`` that the driver runs.
-
-    Of a release, the newest build the driver supports; else its oldest build of the driver's major version, which
-    the driver runs too (NVIDIA's minor version compatibility, a 12.x build on a 12.0+ driver). Unknown driver
-    (an unreadable nvidia-smi header): the newest release's build that asks least of the driver. ``python``: only
-    releases with wheels for that Python (major, minor). None: nothing fits.
-    """
+    """The build to install: the newest release with kernels for every GPU in ``caps`` that the driver runs. Of a
+    release, the newest build the driver supports; else its oldest build of the driver's major version, which the driver
+    runs too (NVIDIA's minor version compatibility, a 12.x build on a 12.0+ driver). Unknown driver (an unreadable
+    nvidia-smi header): the newest release's build that asks least of the driver. ``python``: only releases with wheels
+    for that Python (major, minor). None: nothing fits."""
     for builds in releases():
         fits = sorted((b for b in builds if all(has_kernels(b.archs, c) for c in caps)
                        and (python is None or b.runs_on(python))), key=lambda b: b.cuda)

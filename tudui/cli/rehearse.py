@@ -1,10 +1,8 @@
 """``python -m tudui rehearse SCRIPT [ARGS...]``: a learner's training script run on a pretend GPU, on any CPU.
-
-The script runs as ``__main__`` with a pretend cuda:0 (pretend_gpu.py) in a scratch working folder: CIFAR-10 comes
-from disk next to the script, or the synthetic stand-in (nothing is downloaded); each DataLoader loop stops after a
-few batches; a time limit ends a script that hangs. The report names the learner's own line where the script would
-fail on a real GPU, and the fix in the script's own style.
-"""
+The script runs as ``__main__`` on the pretend cuda:0 of pretend_gpu.py, in a scratch working folder: CIFAR-10 from disk
+next to the script or the synthetic stand-in (nothing is downloaded), each DataLoader loop stopped after a few batches,
+a time limit for a script that hangs. The report names the learner's own line where the script would fail on a real GPU,
+and the fix in the script's own style."""
 from __future__ import annotations
 
 import _thread

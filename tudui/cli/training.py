@@ -1,7 +1,6 @@
-"""``python -m tudui train``: the lessons' training, with the checks a tool owes its user: a writable
-checkpoint path, continued or overwritten only on request, one lock per checkpoint, and a resume only
-from the same settings and an optimizer state that is what this run builds.
-"""
+"""``python -m tudui train``: the lessons' training, with the checks a tool owes its user: a writable checkpoint path,
+continued or overwritten only on request, one lock per checkpoint, and a resume only from the same settings and an
+optimizer state that is what this run builds."""
 import contextlib
 import errno
 import gc
