@@ -9,7 +9,7 @@ _NAMES = {
     "cli.pretend_gpu": "pretend_gpu",  # the tool's: loaded only when called
     "cli.rehearse": "rehearse",
     "checkpoint": "CheckpointError load_checkpoint load_model read_checkpoint save_checkpoint",
-    "data": "CLASSES DataError cifar10 describe_data is_synthetic loaders",
+    "data": "CLASSES DataError cifar10 describe_data host is_synthetic loaders quick_mode",
     "device": "DeviceError best_accelerator describe_devices pick_device synchronize",
     "distributed": "LaunchError",
     "loops": "History evaluate fit train_one_epoch",
@@ -17,7 +17,6 @@ _NAMES = {
     "plots": "plot_bars plot_history show_predictions",
     "recorded": "show_recorded",
     "resident": "ResidentLoader resident_loaders",
-    "settings": "host quick_mode",
     "synthetic": "SyntheticCIFAR10",
     "text": "language say set_language",
     "timing": "Stopwatch interleaved measure speed_ratio",

@@ -1,19 +1,26 @@
-"""CIFAR-10 as the course loads it (or its synthetic stand-in, see synthetic.py), and DataLoaders."""
+"""CIFAR-10 as the course loads it (or its synthetic stand-in, see synthetic.py), DataLoaders, and the lessons' run
+settings: quick on a CPU or in tests, the real thing on a GPU with real CIFAR-10."""
 import numbers
 import os
 import socket
 import sys
+from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 from torchvision.datasets import CIFAR10
 from torchvision.transforms import ToTensor
 
+from .device import best_accelerator
 from .synthetic import CLASSES, SyntheticCIFAR10
 from .text import say
 
 SOURCES = ("auto", "cifar10", "synthetic")
 DOWNLOAD_TIMEOUT_S = 30  # a download with no data for this long stops (a dead proxy would stall it for good)
+QUICK = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+KAGGLE_WORKING = Path("/kaggle/working")    # a Kaggle notebook's output folder
+MODELSCOPE_WORKSPACE = Path("/mnt/workspace")  # the working folder of ModelScope's (PAI-DSW) notebooks
+AUTODL_DATA_DISK = "/root/autodl-tmp"  # every AutoDL instance's data disk (autodl.com/docs/env, read 2026-12)
 
 
 class DataError(RuntimeError):
@@ -33,6 +40,37 @@ def cifar10_on_disk(root="data") -> bool:
     folder = os.path.join(root, CIFAR10.base_folder)
     names = [name for name, _ in CIFAR10.train_list + CIFAR10.test_list] + [CIFAR10.meta["filename"]]
     return all(os.path.isfile(os.path.join(folder, name)) for name in names)
+
+
+def host() -> str | None:
+    """Which notebook host runs this: "colab", "kaggle", "autodl", "modelscope", or None anywhere else. Colab
+    loads ``google.colab`` into every notebook; Kaggle sets $KAGGLE_KERNEL_RUN_TYPE and has /kaggle/working; AutoDL
+    sets $AutoDLContainerUUID and has its data disk; ModelScope's (and PAI-DSW's) notebooks work in /mnt/workspace."""
+    if "google.colab" in sys.modules:
+        return "colab"
+    if os.environ.get("KAGGLE_KERNEL_RUN_TYPE") and KAGGLE_WORKING.is_dir():
+        return "kaggle"
+    if os.environ.get("AutoDLContainerUUID") or os.path.isdir(AUTODL_DATA_DISK):  # False where /root is closed
+        return "autodl"
+    if MODELSCOPE_WORKSPACE.is_dir():
+        return "modelscope"
+    return None
+
+
+def quick_mode(root="data") -> bool:
+    """Should a lesson train on a small subset for a couple of epochs? $TUDUI_QUICK=1/0 decides when set.
+    Otherwise full size only with an accelerator, and real CIFAR-10 already in ``root`` or a cloud notebook
+    (:func:`host`), which downloads it: a CPU epoch of CIFAR-10 takes minutes, and on a GPU machine without the
+    data (offline, say) :func:`tudui.cifar10` would stop: a full-size run never trains on the synthetic stand-in."""
+    raw = os.environ.get("TUDUI_QUICK", "")
+    flag = raw.strip().lower()
+    if flag:
+        if flag not in QUICK:
+            raise ValueError(say("settings.bad_quick", raw=raw))
+        return QUICK[flag]
+    full = (default_source() != "synthetic" and best_accelerator() is not None
+            and (cifar10_on_disk(root) or host() is not None))
+    return not full
 
 
 def _split(train: bool) -> str:
@@ -84,7 +122,6 @@ def cifar10(train=True, root="data", source=None, limit=None, seed=0, full=None)
         except DataError as exc:
             if source == "cifar10":
                 raise
-            from .settings import quick_mode  # here: settings imports this module
             if full or (full is None and not quick_mode(root)):
                 raise DataError(say("data.full_size", problem=exc, where=os.path.abspath(root))) from None
             print(say("data.fallback", problem=exc, split=_split(train)), file=sys.stderr)
