@@ -52,9 +52,7 @@ def host() -> str | None:
         return "kaggle"
     if os.environ.get("AutoDLContainerUUID") or os.path.isdir(AUTODL_DATA_DISK):  # False where /root is closed
         return "autodl"
-    if MODELSCOPE_WORKSPACE.is_dir():
-        return "modelscope"
-    return None
+    return "modelscope" if MODELSCOPE_WORKSPACE.is_dir() else None
 
 
 def quick_mode(root="data") -> bool:
@@ -68,9 +66,8 @@ def quick_mode(root="data") -> bool:
         if flag not in QUICK:
             raise ValueError(say("settings.bad_quick", raw=raw))
         return QUICK[flag]
-    full = (default_source() != "synthetic" and best_accelerator() is not None
-            and (cifar10_on_disk(root) or host() is not None))
-    return not full
+    return not (default_source() != "synthetic" and best_accelerator() is not None
+                and (cifar10_on_disk(root) or host() is not None))
 
 
 def _split(train: bool) -> str:
@@ -99,9 +96,8 @@ def _load_real(train: bool, root: str):
         reason = say("data.stalled", seconds=DOWNLOAD_TIMEOUT_S) if stalled else (str(exc) or repr(exc)).splitlines()[0]
     finally:
         socket.setdefaulttimeout(before)
-    if damaged:
-        raise DataError(say("data.damaged", folder=folder, reason=reason, root=root))
-    raise DataError(say("data.missing", split=_split(train), where=os.path.abspath(root), reason=reason, root=root))
+    raise DataError(say("data.damaged", folder=folder, reason=reason, root=root) if damaged else
+                    say("data.missing", split=_split(train), where=os.path.abspath(root), reason=reason, root=root))
 
 
 def cifar10(train=True, root="data", source=None, limit=None, seed=0, full=None):

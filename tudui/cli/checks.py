@@ -66,9 +66,7 @@ def check_archive(path):
             raise CheckpointError(say("checks.protocol", path=path, protocol=pickled[1]))
         _check_calls(path, pickled)
     except zipfile.BadZipFile:
-        if head == LEGACY_MAGIC:
-            raise CheckpointError(say("checks.legacy", path=path)) from None
-        raise CheckpointError(say("checks.not_zip", path=path)) from None
+        raise CheckpointError(say("checks.legacy" if head == LEGACY_MAGIC else "checks.not_zip", path=path)) from None
     except OSError as exc:
         raise CheckpointError(say("checks.cannot_read", path=path, reason=exc.strerror or exc)) from None
 
