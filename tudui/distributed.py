@@ -38,14 +38,8 @@ class Context:
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
     backend: str | None = None
-
-    @property
-    def is_main(self) -> bool:  # rank 0: the one process that logs and writes files
-        return self.rank == 0
-
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
+    is_main = property(lambda self: self.rank == 0)  # rank 0: the one process that logs and writes files
+    distributed = property(lambda self: self.world_size > 1)
 
 
 def _env(name: str, default=None) -> int:

@@ -13,14 +13,8 @@ from .text import say
 class Timing:
     """Seconds per call from repeated runs (after warm-up)."""
     times: list = field(default_factory=list)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.times)
-
-    @property
-    def best(self) -> float:
-        return min(self.times)
+    median = property(lambda self: statistics.median(self.times))
+    best = property(lambda self: min(self.times))
 
     def __str__(self):
         return say("timing.median", ms=self.median * 1e3, n=len(self.times))
