@@ -2,8 +2,6 @@
 state_dicts, written atomically (a temp file, then ``os.replace``: an interruption leaves the old file or the new one);
 loaded with ``weights_only=True`` and ``map_location``, so a GPU's file loads on a CPU and no file runs code. The
 course's whole-model files are read with an allow-list of the classes Tudui is built from."""
-from __future__ import annotations
-
 import copy
 import dataclasses
 import hashlib
@@ -63,9 +61,8 @@ def save_checkpoint(path, model, optimizer=None, epoch=None, **extra):
     state = {"format": FORMAT, "model": unwrap(model).state_dict(),
              "optimizer": optimizer.state_dict() if optimizer is not None else None,
              "epoch": epoch, "rng": torch.get_rng_state(), "extra": _plain(extra, "extra")}
-    path = os.fspath(path)
-    _write_atomically(state, path)
-    return path
+    _write_atomically(state, os.fspath(path))
+    return os.fspath(path)
 
 
 def _write_atomically(state, path):

@@ -1,6 +1,4 @@
 """Choosing a device, and saying clearly why a requested one is not there."""
-from __future__ import annotations
-
 import os
 import platform
 import re

@@ -2,8 +2,6 @@
 torchrun starts one process per device and sets ``RANK`` (0 .. WORLD_SIZE-1 over all machines), ``LOCAL_RANK`` (which
 device on this machine) and ``WORLD_SIZE``. :func:`setup` reads them, takes the process's device and joins the process
 group: ``nccl`` for NVIDIA GPUs, ``gloo`` for CPUs. Without torchrun it joins nothing."""
-from __future__ import annotations
-
 import datetime
 import os
 import sys

@@ -1,8 +1,6 @@
 """Which torch to install for a GPU and a driver: the choice, and the table of PyTorch's CUDA builds in builds.json,
 the one place for these facts (releases, their builds and kernels, the indexes, the date checked): the doctor's
 advice and the tables in README.md and lesson 00 (written by tools/stamp_builds.py) all come from it."""
-from __future__ import annotations
-
 import json
 import re
 from dataclasses import dataclass

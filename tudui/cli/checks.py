@@ -140,26 +140,22 @@ def read_checked(path):
     The one boundary of reading a file: whatever fails in it (a damaged or encrypted zip member, a compression
     zipfile cannot read, an odd tensor) is a CheckpointError."""
     try:
-        return _read_checked(path)
+        check_archive(path)
+        with quiet():
+            weights, kind, ours = checkpoint.parts(checkpoint.read_checkpoint(path), path)
+        for key, value in weights.items():
+            oddity = _oddity(value, WEIGHT_DTYPES) if type(key) is str else "?"
+            if oddity:
+                raise CheckpointError(say("checks.not_plain", path=path, oddity=oddity,
+                                          entry=str(key)[:40] if type(key) is str else "?"))
+            if not bool(torch.isfinite(value).all()):
+                raise CheckpointError(say("checks.not_finite", path=path, entry=key[:60]))
+        return kind, ours
     except CheckpointError:
         raise
     except Exception as exc:  # every failure to read the file is the file's, not a bug
         raise CheckpointError(say("checks.damaged", path=path, kind=type(exc).__name__,
                                   reason=first_line(exc, 160))) from None
-
-
-def _read_checked(path):
-    check_archive(path)
-    with quiet():
-        weights, kind, ours = checkpoint.parts(checkpoint.read_checkpoint(path), path)
-    for key, value in weights.items():
-        oddity = _oddity(value, WEIGHT_DTYPES) if type(key) is str else "?"
-        if oddity:
-            raise CheckpointError(say("checks.not_plain", path=path, oddity=oddity,
-                                      entry=str(key)[:40] if type(key) is str else "?"))
-        if not bool(torch.isfinite(value).all()):
-            raise CheckpointError(say("checks.not_finite", path=path, entry=key[:60]))
-    return kind, ours
 
 
 def check_optimizer(saved, optimizer, path):

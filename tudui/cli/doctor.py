@@ -1,7 +1,5 @@
 """``python -m tudui doctor``: what this machine has, what torch can use of it, and the one thing to do.
 Parsing and advice are pure functions of the facts (tested with canned nvidia-smi outputs); run() gathers and prints."""
-from __future__ import annotations
-
 import json
 import os
 import platform

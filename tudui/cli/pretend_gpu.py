@@ -6,8 +6,6 @@ CUDA's error, except a CPU scalar (0-dim) as an input of an elementwise operatio
 would start the real CUDA runtime raises; ``torch.load(..., map_location="cuda")`` gives cuda:0 tensors. Reads of GPU
 values by the CPU are counted (``syncs``), non_blocking copies read before a synchronisation too (``unsynced``). Not
 covered: CUDA events and streams, several GPUs."""
-from __future__ import annotations
-
 import contextlib
 import dataclasses
 import sys

@@ -3,8 +3,6 @@ The script runs as ``__main__`` on the pretend cuda:0 of pretend_gpu.py, in a sc
 next to the script or the synthetic stand-in (nothing is downloaded), each DataLoader loop stopped after a few batches,
 a time limit for a script that hangs. The report names the learner's own line where the script would fail on a real GPU,
 and the fix in the script's own style."""
-from __future__ import annotations
-
 import _thread
 import ast
 import builtins
