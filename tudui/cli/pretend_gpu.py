@@ -171,8 +171,8 @@ def _load(real_load):
     def load(f, map_location=None, **kwargs):  # onto "cuda": cuda:0 tensors, as on a GPU
         if not is_cuda_device(map_location):
             return real_load(f, map_location=map_location, **kwargs)
-        loaded = real_load(f, map_location="cpu", **kwargs)
-        return tree_map(lambda t: on_cuda(t) if type(t) is torch.Tensor else t, loaded)
+        return tree_map(lambda t: on_cuda(t) if type(t) is torch.Tensor else t,
+                        real_load(f, map_location="cpu", **kwargs))
     return load
 
 

@@ -18,8 +18,7 @@ from . import checks
 from ..text import say
 from .console import UsageError, quiet, raise_if_interrupted
 
-# Settings a resumed run must share with the run that wrote the checkpoint.
-RESUMED_SETTINGS = ("lr", "batch_size", "data", "limit", "seed", "loader")
+RESUMED_SETTINGS = ("lr", "batch_size", "data", "limit", "seed", "loader")  # as the run that wrote the checkpoint
 
 
 def check_target(path) -> str:
@@ -180,9 +179,8 @@ def _run_training(args, ctx):
         lines.clear()
         raise_if_interrupted()  # a Ctrl-C that something swallowed during the epoch stops the run here
 
-    loops.fit(model, train_loader, test_loader, torch.nn.CrossEntropyLoss(), optimizer, ctx.device,
-              args.epochs, start_epoch=start, on_epoch_end=save,
-              progress=ctx.is_main and not args.no_progress, log=lines.append)
+    loops.fit(model, train_loader, test_loader, torch.nn.CrossEntropyLoss(), optimizer, ctx.device, args.epochs,
+              start_epoch=start, on_epoch_end=save, progress=ctx.is_main and not args.no_progress, log=lines.append)
     if ctx.is_main and start < args.epochs:
         print(say("train.saved", path=args.checkpoint))
 
