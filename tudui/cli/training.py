@@ -11,7 +11,7 @@ import stat
 import torch
 from filelock import FileLock, Timeout
 
-from .. import checkpoint, data, distributed, loops, resident
+from .. import checkpoint, data, distributed, loops
 from ..checkpoint import CheckpointError
 from ..model import Tudui
 from . import checks
@@ -163,7 +163,7 @@ def _run_training(args, ctx):
     if ctx.distributed:
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-    make = resident.resident_loaders if args.loader == "resident" else data.loaders
+    make = data.resident_loaders if args.loader == "resident" else data.loaders
     train_loader, test_loader = make(train_set, test_set, args.batch_size, ctx.device,
                                      distributed=ctx.distributed, seed=args.seed)
     settings["workers"] = getattr(train_loader, "num_workers", 0)  # resident loaders have none
