@@ -1,7 +1,6 @@
-"""Checkpoints that move between devices safely (notebook 04).
-state_dicts, written atomically (a temp file, then ``os.replace``: an interruption leaves the old file or the new one);
-loaded with ``weights_only=True`` and ``map_location``, so a GPU's file loads on a CPU and no file runs code. The
-course's whole-model files are read with an allow-list of the classes Tudui is built from."""
+"""Checkpoints that move between devices safely (notebook 04): state_dicts written atomically (an interruption leaves
+the old file or the new one), loaded with ``weights_only=True`` and ``map_location`` (a GPU's file loads on a CPU, no
+file runs code); the course's whole-model files read with an allow-list of the classes Tudui is built from."""
 import copy
 import dataclasses
 import hashlib

@@ -1,7 +1,6 @@
-"""What the tool checks before the lessons' loader reads a file (a regular file in torch's zip format, asking
-no more memory than a Tudui checkpoint needs; its pickle read, never run) and in what the loader returns (plain
-finite tensors; optimizer groups exactly as this run builds them). Nothing from the file is called or compared
-before its type is checked."""
+"""What the tool checks before the lessons' loader reads a file (a regular file in torch's zip format, asking no more
+memory than a Tudui checkpoint needs; its pickle read, never run) and in what the loader returns (plain finite tensors;
+optimizer groups as this run builds them). Nothing from the file is called or compared before its type is checked."""
 import math
 import os
 import pickletools

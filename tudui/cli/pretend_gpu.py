@@ -1,11 +1,7 @@
 """A pretend GPU: "cuda:0" tensors on a machine without one, which refuse to meet CPU tensors as CUDA does.
 Inside ``pretend_gpu()`` (rehearse and the tests use it) whatever is moved to or made on "cuda" is an :class:`OnCuda`
-tensor: on cuda:0 to Python code, its values in a CPU tensor (losses, ``.item()`` and prints work), on torch's ``meta``
-device underneath (autograd and the optimizers never ask a driver for anything). Mixing it with a CPU tensor raises
-CUDA's error, except a CPU scalar (0-dim) as an input of an elementwise operation. torch.cuda answers as one GPU; what
-would start the real CUDA runtime raises; ``torch.load(..., map_location="cuda")`` gives cuda:0 tensors. Reads of GPU
-values by the CPU are counted (``syncs``), non_blocking copies read before a synchronisation too (``unsynced``). Not
-covered: CUDA events and streams, several GPUs."""
+tensor, on torch's ``meta`` device underneath: autograd and the optimizers never ask a driver for anything. torch.cuda
+answers as one GPU; what would start the real CUDA runtime raises. Not covered: CUDA events, streams, several GPUs."""
 import contextlib
 import dataclasses
 import sys

@@ -1,8 +1,6 @@
-"""``python -m tudui rehearse SCRIPT [ARGS...]``: a learner's training script run on a pretend GPU, on any CPU.
-The script runs as ``__main__`` on the pretend cuda:0 of pretend_gpu.py, in a scratch working folder: CIFAR-10 from disk
-next to the script or the synthetic stand-in (nothing is downloaded), each DataLoader loop stopped after a few batches,
-a time limit for a script that hangs. The report names the learner's own line where the script would fail on a real GPU,
-and the fix in the script's own style."""
+"""``python -m tudui rehearse SCRIPT [ARGS...]``: a learner's training script run on a pretend GPU, on any CPU, as
+``__main__`` in a scratch working folder. The report names the learner's own line where the script would fail on a
+real GPU, and the fix in the script's own style."""
 import _thread
 import ast
 import builtins
