@@ -138,3 +138,9 @@ def test_train_on_gpu_then_resume_on_cpu(capsys):
     assert code == 0, err
     assert "device: cpu" in out and "resuming after epoch 1" in out
     assert read_checkpoint("moved.pth")["epoch"] == 2
+
+
+def test_the_data_choices_of_train_are_the_sources_tudui_data_knows():
+    from tudui import data
+    from tudui.cli import COMMANDS
+    assert tuple(COMMANDS["train"]["arguments"]["--data"]["choices"]) == data.SOURCES

@@ -5,7 +5,8 @@ import sys
 import pytest
 import torch
 
-from tudui import host, quick_mode, settings
+from tudui import data as settings  # quick_mode() and host() are in tudui.data
+from tudui import host, quick_mode
 
 
 @pytest.fixture

@@ -1,8 +1,6 @@
 """The lessons' code, collected: train the course's Tudui network on the CPU, a GPU or anything else.
-
-Each name below is written out in a lesson first. Modules load on first use: ``import tudui`` is
-quick and loads nothing of the tool (``tudui.cli``, which only ``python -m tudui`` imports).
-"""
+Each name below is written out in a lesson first. Modules load on first use: ``import tudui`` is quick and loads nothing
+of the tool (``tudui.cli``, which only ``python -m tudui`` imports)."""
 from importlib import import_module
 
 __version__ = "0.1.0"
@@ -11,15 +9,14 @@ _NAMES = {
     "cli.pretend_gpu": "pretend_gpu",  # the tool's: loaded only when called
     "cli.rehearse": "rehearse",
     "checkpoint": "CheckpointError load_checkpoint load_model read_checkpoint save_checkpoint",
-    "data": "CLASSES DataError cifar10 describe_data is_synthetic loaders",
+    "data": "CLASSES DataError ResidentLoader cifar10 describe_data host is_synthetic loaders quick_mode "
+            "resident_loaders",
     "device": "DeviceError best_accelerator describe_devices pick_device synchronize",
     "distributed": "LaunchError",
     "loops": "History evaluate fit train_one_epoch",
     "model": "Tudui count_parameters",
     "plots": "plot_bars plot_history show_predictions",
     "recorded": "show_recorded",
-    "resident": "ResidentLoader resident_loaders",
-    "settings": "host quick_mode",
     "synthetic": "SyntheticCIFAR10",
     "text": "language say set_language",
     "timing": "Stopwatch interleaved measure speed_ratio",

@@ -1,11 +1,6 @@
-"""Checkpoints that move between devices safely (notebook 04).
-
-state_dicts, written atomically (a temp file, then ``os.replace``: an interruption leaves the old file or
-the new one); loaded with ``weights_only=True`` and ``map_location``, so a GPU's file loads on a CPU and no
-file runs code. The course's whole-model files are read with an allow-list of the classes Tudui is built from.
-"""
-from __future__ import annotations
-
+"""Checkpoints that move between devices safely (notebook 04): state_dicts written atomically (an interruption leaves
+the old file or the new one), loaded with ``weights_only=True`` and ``map_location`` (a GPU's file loads on a CPU, no
+file runs code); the course's whole-model files read with an allow-list of the classes Tudui is built from."""
 import copy
 import dataclasses
 import hashlib
@@ -65,9 +60,8 @@ def save_checkpoint(path, model, optimizer=None, epoch=None, **extra):
     state = {"format": FORMAT, "model": unwrap(model).state_dict(),
              "optimizer": optimizer.state_dict() if optimizer is not None else None,
              "epoch": epoch, "rng": torch.get_rng_state(), "extra": _plain(extra, "extra")}
-    path = os.fspath(path)
-    _write_atomically(state, path)
-    return path
+    _write_atomically(state, os.fspath(path))
+    return os.fspath(path)
 
 
 def _write_atomically(state, path):
@@ -150,11 +144,10 @@ def parts(obj, path):
 
 
 def load_checkpoint(path, model, optimizer=None, device="cpu", restore_rng=False):
-    """Load our checkpoint, a state_dict or a course whole-model file into ``model`` (and ``optimizer``), both
-    moved to ``device``; returns ``epoch``, ``extra``, ``format``. ``restore_rng``: the saved CPU random state,
-    so a resumed run shuffles as an uninterrupted one. torch's strict ``load_state_dict`` (names, shapes) is
-    tried on copies first: a file that does not fit changes nothing.
-    """
+    """Load our checkpoint, a state_dict or a course whole-model file into ``model`` (and ``optimizer``), both moved to
+    ``device``; returns ``epoch``, ``extra``, ``format``. ``restore_rng``: the saved CPU random state, so a resumed run
+    shuffles as an uninterrupted one. torch's strict ``load_state_dict`` (names, shapes) is tried on copies first: a
+    file that does not fit changes nothing."""
     device = pick_device(device)
     weights, kind, ours = parts(read_checkpoint(path, device), path)
     target = unwrap(model)

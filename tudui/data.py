@@ -1,19 +1,29 @@
-"""CIFAR-10 as the course loads it (or its synthetic stand-in, see synthetic.py), and DataLoaders."""
+"""CIFAR-10 as the course loads it (or its synthetic stand-in, see synthetic.py); DataLoaders, and the fast path: the
+whole dataset as one tensor on the device, batches by index; the lessons' run settings: quick on a CPU or in tests,
+the real thing on a GPU with real CIFAR-10."""
 import numbers
 import os
 import socket
 import sys
+from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 from torchvision.datasets import CIFAR10
 from torchvision.transforms import ToTensor
 
+from .device import best_accelerator
 from .synthetic import CLASSES, SyntheticCIFAR10
 from .text import say
 
 SOURCES = ("auto", "cifar10", "synthetic")
 DOWNLOAD_TIMEOUT_S = 30  # a download with no data for this long stops (a dead proxy would stall it for good)
+QUICK = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+KAGGLE_WORKING = Path("/kaggle/working")    # a Kaggle notebook's output folder
+MODELSCOPE_WORKSPACE = Path("/mnt/workspace")  # the working folder of ModelScope's (PAI-DSW) notebooks
+AUTODL_DATA_DISK = "/root/autodl-tmp"  # every AutoDL instance's data disk (autodl.com/docs/env, read 2026-12)
 
 
 class DataError(RuntimeError):
@@ -33,6 +43,34 @@ def cifar10_on_disk(root="data") -> bool:
     folder = os.path.join(root, CIFAR10.base_folder)
     names = [name for name, _ in CIFAR10.train_list + CIFAR10.test_list] + [CIFAR10.meta["filename"]]
     return all(os.path.isfile(os.path.join(folder, name)) for name in names)
+
+
+def host() -> str | None:
+    """Which notebook host runs this: "colab", "kaggle", "autodl", "modelscope", or None anywhere else. Colab
+    loads ``google.colab`` into every notebook; Kaggle sets $KAGGLE_KERNEL_RUN_TYPE and has /kaggle/working; AutoDL
+    sets $AutoDLContainerUUID and has its data disk; ModelScope's (and PAI-DSW's) notebooks work in /mnt/workspace."""
+    if "google.colab" in sys.modules:
+        return "colab"
+    if os.environ.get("KAGGLE_KERNEL_RUN_TYPE") and KAGGLE_WORKING.is_dir():
+        return "kaggle"
+    if os.environ.get("AutoDLContainerUUID") or os.path.isdir(AUTODL_DATA_DISK):  # False where /root is closed
+        return "autodl"
+    return "modelscope" if MODELSCOPE_WORKSPACE.is_dir() else None
+
+
+def quick_mode(root="data") -> bool:
+    """Should a lesson train on a small subset for a couple of epochs? $TUDUI_QUICK=1/0 decides when set.
+    Otherwise full size only with an accelerator, and real CIFAR-10 already in ``root`` or a cloud notebook
+    (:func:`host`), which downloads it: a CPU epoch of CIFAR-10 takes minutes, and on a GPU machine without the
+    data (offline, say) :func:`tudui.cifar10` would stop: a full-size run never trains on the synthetic stand-in."""
+    raw = os.environ.get("TUDUI_QUICK", "")
+    flag = raw.strip().lower()
+    if flag:
+        if flag not in QUICK:
+            raise ValueError(say("settings.bad_quick", raw=raw))
+        return QUICK[flag]
+    return not (default_source() != "synthetic" and best_accelerator() is not None
+                and (cifar10_on_disk(root) or host() is not None))
 
 
 def _split(train: bool) -> str:
@@ -61,17 +99,15 @@ def _load_real(train: bool, root: str):
         reason = say("data.stalled", seconds=DOWNLOAD_TIMEOUT_S) if stalled else (str(exc) or repr(exc)).splitlines()[0]
     finally:
         socket.setdefaulttimeout(before)
-    if damaged:
-        raise DataError(say("data.damaged", folder=folder, reason=reason, root=root))
-    raise DataError(say("data.missing", split=_split(train), where=os.path.abspath(root), reason=reason, root=root))
+    raise DataError(say("data.damaged", folder=folder, reason=reason, root=root) if damaged else
+                    say("data.missing", split=_split(train), where=os.path.abspath(root), reason=reason, root=root))
 
 
 def cifar10(train=True, root="data", source=None, limit=None, seed=0, full=None):
-    """CIFAR-10 with ``ToTensor()``, the course's preprocessing; ``limit``: only its first images.
-
-    source: ``"auto"`` (real CIFAR-10 from ``root``, downloaded if needed; without it a quick run takes the
-    synthetic stand-in, said in one line, and a ``full``-size run stops: default ``not quick_mode(root)``),
-    ``"cifar10"`` (the real set or a DataError), ``"synthetic"``; default: $TUDUI_DATA or auto."""
+    """CIFAR-10 with ``ToTensor()``, the course's preprocessing; ``limit``: only its first images. source: ``"auto"``
+    (real CIFAR-10 from ``root``, downloaded if needed; without it a quick run takes the synthetic stand-in, said in one
+    line, and a ``full``-size run stops: default ``not quick_mode(root)``), ``"cifar10"`` (the real set or a DataError),
+    ``"synthetic"``; default: $TUDUI_DATA or auto."""
     source = default_source() if source is None else source
     if source not in SOURCES:
         raise DataError(say("data.bad_source", source=source, sources=", ".join(SOURCES)))
@@ -85,7 +121,6 @@ def cifar10(train=True, root="data", source=None, limit=None, seed=0, full=None)
         except DataError as exc:
             if source == "cifar10":
                 raise
-            from .settings import quick_mode  # here: settings imports this module
             if full or (full is None and not quick_mode(root)):
                 raise DataError(say("data.full_size", problem=exc, where=os.path.abspath(root))) from None
             print(say("data.fallback", problem=exc, split=_split(train)), file=sys.stderr)
@@ -133,3 +168,54 @@ def loaders(train_set, test_set, batch_size=64, device="cpu", num_workers=None, 
                           generator=torch.Generator().manual_seed(seed))  # worker seeds: not the global RNG
 
     return loader(train_set, train_sampler), loader(test_set, test_sampler)
+
+
+class ResidentLoader:
+    """Iterates (images, targets) batches of a CIFAR10-like dataset (``.data``, ``.targets``) held on ``device``.
+    The uint8 images become the floats ``ToTensor()`` gives (``/255``, NCHW) on the CPU, bit for bit, then go to
+    the device in one copy. Batches are picked by index on the device, in an order drawn on the CPU once per
+    epoch: no PIL, no per-item Python, no host-to-device copy per batch."""
+
+    def __init__(self, dataset, batch_size=64, device="cpu", shuffle=True, seed=0, drop_last=False):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+            raise ValueError(say("resident.bad_batch_size", batch_size=batch_size))
+        self.device = torch.device(device)
+        images = torch.from_numpy(np.ascontiguousarray(dataset.data)).permute(0, 3, 1, 2).contiguous()
+        # Divide on the CPU, as ToTensor() does: CUDA turns x / 255 into x * (1/255), off by one ulp at times.
+        self.images = images.float().div_(255).to(self.device)
+        self.targets = torch.as_tensor(dataset.targets, dtype=torch.long).to(self.device)
+        self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
+        self.generator = torch.Generator()  # on the CPU: the same permutations on every device
+        self.set_epoch(0)
+
+    def __len__(self):
+        n = len(self.targets)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def set_epoch(self, epoch):
+        """Shuffle as ``DistributedSampler.set_epoch`` does: by (seed, epoch) alone, so a run resumed at
+        epoch k sees the batches of an uninterrupted run. Without it each pass draws the next permutation."""
+        self.generator.manual_seed(self.seed + epoch)
+
+    def __iter__(self):
+        n = len(self.targets)
+        order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
+        order = order.to(self.device)  # one small copy per epoch
+        for batch in order.split(self.batch_size)[:len(self)]:  # [:len(self)] drops a short last one if drop_last
+            yield self.images[batch], self.targets[batch]
+
+
+def _share(dataset):
+    """This process's share under torchrun: the indices DistributedSampler gives it (the same count on
+    every process: DDP needs the same number of batches everywhere)."""
+    mine = list(DistributedSampler(dataset, shuffle=False))
+    return SimpleNamespace(data=dataset.data[mine], targets=np.asarray(dataset.targets)[mine])
+
+
+def resident_loaders(train_set, test_set, batch_size=64, device="cpu", distributed=False, seed=0):
+    """Train and test ResidentLoaders, the counterpart of :func:`tudui.loaders`; ``distributed``: under
+    torchrun each process keeps only its own share of each set on its device."""
+    if distributed:
+        train_set, test_set = _share(train_set), _share(test_set)
+    return (ResidentLoader(train_set, batch_size, device, shuffle=True, seed=seed),
+            ResidentLoader(test_set, batch_size, device, shuffle=False, seed=seed))

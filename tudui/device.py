@@ -1,6 +1,4 @@
 """Choosing a device, and saying clearly why a requested one is not there."""
-from __future__ import annotations
-
 import os
 import platform
 import re
@@ -41,9 +39,8 @@ def _parse(want) -> tuple[str, int | None]:
 def _visible_note() -> str:
     """CUDA_VISIBLE_DEVICES, when it matters: set to GPUs, or set empty while torch could use CUDA."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None or (visible.strip() == "" and torch.version.cuda is None):
-        return ""
-    return f" (CUDA_VISIBLE_DEVICES={visible!r})"
+    unset = visible is None or (visible.strip() == "" and torch.version.cuda is None)
+    return "" if unset else f" (CUDA_VISIBLE_DEVICES={visible!r})"
 
 
 def _cuda_problem(index: int | None) -> str | None:
@@ -52,28 +49,26 @@ def _cuda_problem(index: int | None) -> str | None:
         return say("device.no_cuda_build", version=torch.__version__)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if not torch.cuda.is_available():
-        if visible is not None and visible.strip() in ("", "-1"):
-            return say("device.none_visible", note=_visible_note())
-        return say("device.no_gpu", note=_visible_note())
+        hidden = visible is not None and visible.strip() in ("", "-1")
+        return say("device.none_visible" if hidden else "device.no_gpu", note=_visible_note())
     count = torch.cuda.device_count()
     if index is not None and index >= count:
         return say("device.no_such_cuda", index=index, count=count, last=count - 1, note=_visible_note())
     return None
 
 
-def _mps_problem() -> str | None:
-    if torch.backends.mps.is_available():
-        return None
-    if torch.backends.mps.is_built():
-        return say("device.mps_unsupported")
-    return say("device.no_mps_build", system=platform.system())
-
-
-def _xpu_problem(index: int | None) -> str | None:
-    if not torch.xpu.is_available():
+def _problem(kind: str, index: int | None) -> str | None:
+    """Why ``kind`` (or ``kind:index``) cannot be used here, or None if it can."""
+    if kind == "cuda":
+        return _cuda_problem(index)
+    if kind == "mps" and not torch.backends.mps.is_available():
+        built = torch.backends.mps.is_built()
+        return say("device.mps_unsupported") if built else say("device.no_mps_build", system=platform.system())
+    if kind == "xpu" and not torch.xpu.is_available():
         return say("device.no_xpu")
-    count = torch.xpu.device_count()
-    return say("device.xpu_count", count=count) if index is not None and index >= count else None
+    if kind == "xpu" and index is not None and index >= torch.xpu.device_count():
+        return say("device.xpu_count", count=torch.xpu.device_count())
+    return None
 
 
 def pick_device(want="auto") -> torch.device:
@@ -82,8 +77,7 @@ def pick_device(want="auto") -> torch.device:
     if isinstance(want, str) and want.strip().lower() == "auto":
         return best_accelerator() or torch.device("cpu")
     kind, index = _parse(want)
-    problem = {"cpu": lambda: None, "cuda": lambda: _cuda_problem(index), "mps": _mps_problem,
-               "xpu": lambda: _xpu_problem(index)}[kind]()
+    problem = _problem(kind, index)
     if problem:
         raise DeviceError(say("device.cannot_use", device=torch.device(kind, index), problem=problem))
     return torch.device(kind) if kind in ("cpu", "mps") else torch.device(kind, index or 0)

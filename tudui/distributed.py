@@ -1,11 +1,7 @@
 """Training on several devices with torchrun and DistributedDataParallel (notebook 08).
-
-torchrun starts one process per device and sets ``RANK`` (0 .. WORLD_SIZE-1 over all machines), ``LOCAL_RANK``
-(which device on this machine) and ``WORLD_SIZE``. :func:`setup` reads them, takes the process's device and
-joins the process group: ``nccl`` for NVIDIA GPUs, ``gloo`` for CPUs. Without torchrun it joins nothing.
-"""
-from __future__ import annotations
-
+torchrun starts one process per device and sets ``RANK`` (0 .. WORLD_SIZE-1 over all machines), ``LOCAL_RANK`` (which
+device on this machine) and ``WORLD_SIZE``. :func:`setup` reads them, takes the process's device and joins the process
+group: ``nccl`` for NVIDIA GPUs, ``gloo`` for CPUs. Without torchrun it joins nothing."""
 import datetime
 import os
 import sys
@@ -40,14 +36,8 @@ class Context:
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
     backend: str | None = None
-
-    @property
-    def is_main(self) -> bool:  # rank 0: the one process that logs and writes files
-        return self.rank == 0
-
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
+    is_main = property(lambda self: self.rank == 0)  # rank 0: the one process that logs and writes files
+    distributed = property(lambda self: self.world_size > 1)
 
 
 def _env(name: str, default=None) -> int:
@@ -110,9 +100,8 @@ def setup(want="auto") -> Context:
 
 
 def teardown():
-    """Leave the process group, if joined; safe to call twice. On a clean exit every process first waits for
-    the others (after an error torchrun stops them). Free the DDP model first: one that holds the group can
-    hang the exit."""
+    """Leave the process group, if joined; safe to call twice. On a clean exit every process first waits for the others
+    (after an error torchrun stops them). Free the DDP model first: one that holds the group can hang the exit."""
     if dist.is_available() and dist.is_initialized():
         if sys.exc_info()[0] is None:  # no exception on its way out
             dist.barrier()

@@ -1,7 +1,6 @@
-"""What a GPU cell printed on a real GPU, shown (labelled as a recording) on a machine without one: the cell's
-``else:`` branch calls ``tudui.show_recorded("03-to-device", "assignment", "<what a GPU would show>")``.
-Recordings are package data (tudui/recordings/NN-name.json, one entry per cell id; the README there says how
-they are made); both editions of a lesson share them, labelled in the language in force (:func:`tudui.language`)."""
+"""What a GPU cell printed on a real GPU, shown (labelled as a recording) on a machine without one: the cell's ``else:``
+branch calls ``tudui.show_recorded("03-to-device", "assignment", "<what a GPU would show>")``. Recordings, package
+data shared by both editions of a lesson: tudui/recordings/NN-name.json, one entry per cell id (README.md there)."""
 import json
 from importlib import resources
 

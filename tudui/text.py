@@ -1,9 +1,7 @@
 """The package's words in each language: every message it prints or raises, its plots' labels, the CLI's lines.
-
-The texts live in data files, ``tudui/text/*.json``, each ``{"en": {key: template}, "zh": {...}}``; a key is
-in one file only. English is the default; the Chinese lessons call ``tudui.set_language("zh")`` once, the CLI
-takes ``--lang``, and ``$TUDUI_LANG`` sets it for everything started from a shell.
-"""
+The texts live in data files, ``tudui/text/*.json``, each ``{"en": {key: template}, "zh": {...}}``; a key is in one file
+only. English is the default; the Chinese lessons call ``tudui.set_language("zh")`` once, the CLI takes ``--lang``, and
+``$TUDUI_LANG`` sets it for everything started from a shell."""
 import json
 import os
 from functools import cache

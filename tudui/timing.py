@@ -13,14 +13,8 @@ from .text import say
 class Timing:
     """Seconds per call from repeated runs (after warm-up)."""
     times: list = field(default_factory=list)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.times)
-
-    @property
-    def best(self) -> float:
-        return min(self.times)
+    median = property(lambda self: statistics.median(self.times))
+    best = property(lambda self: min(self.times))
 
     def __str__(self):
         return say("timing.median", ms=self.median * 1e3, n=len(self.times))
@@ -53,9 +47,8 @@ class Stopwatch:
 
 
 def interleaved(runs, device, rounds=5, warmup=1):
-    """Time each runs[name]() on `device` once per round, taking turns: A B, then B A, ...
-    Returns {name: [seconds, ...]}. Slow drift of the machine (clock speed, heat, other programs)
-    then falls on all of them alike."""
+    """``{name: [seconds, ...]}``: each ``runs[name]()`` timed on ``device`` once per round, taking turns (A B, then
+    B A, ...). Slow drift of the machine (clock speed, heat, other programs) then falls on all of them alike."""
     names = list(runs)
     for _ in range(warmup):                       # untimed: one-off costs (workers starting, cuDNN loading)
         for name in names:

@@ -1,15 +1,16 @@
 """The tool: ``python -m tudui doctor | train | predict | rehearse``, with one error boundary (:func:`main`).
-Only ``python -m tudui`` and the ``tudui`` script import this package; ``import tudui`` does not. torch is
-imported inside the boundary, after what must come first: the language, and a working folder that exists.
-"""
+Only ``python -m tudui`` and the ``tudui`` script import this package; ``import tudui`` does not. torch is imported
+inside the boundary, after what must come first: the language, and a working folder that exists."""
 import argparse
 import importlib
+import json
 import math
 import os
 import platform
 import re
 import sys
 import traceback
+from importlib import resources
 
 from .. import __version__, text
 from ..text import say
@@ -17,6 +18,8 @@ from .console import UsageError, console
 
 EXIT_USAGE, EXIT_BUG, EXIT_INTERRUPTED = 2, 1, 130
 ISSUES = "https://github.com/tudui-lab/pytorch-cpu-gpu/issues"
+# Each command's arguments: argparse's keywords, help texts by key, "type": [kind, low, high] for numbers.
+COMMANDS = json.loads(resources.files(__package__).joinpath("commands.json").read_text(encoding="utf-8"))
 
 
 class Parser(argparse.ArgumentParser):
@@ -33,7 +36,9 @@ class Parser(argparse.ArgumentParser):
 
 
 def _number(kind, low, high):
-    """An argparse type: a finite ``kind`` in [low, high]."""
+    """An argparse type: a finite ``kind`` ("int" or "float") in [low, high]."""
+    kind = {"int": int, "float": float}[kind]
+
     def parse(text):
         try:
             value = kind(text)
@@ -48,34 +53,23 @@ def _number(kind, low, high):
 
 def build_parser():
     import torch
-    from .. import data
     p = Parser(prog="python -m tudui", description=say("cli.help.description"))
     p.add_argument("--version", action="version", help=say("cli.help.version"), version=say(
         "cli.version", version=__version__, torch=torch.__version__, python=platform.python_version()))
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
-    d = sub.add_parser("doctor", help=say("cli.help.doctor"))
-    t = sub.add_parser("train", help=say("cli.help.train"))
-    t.add_argument("--device", default="auto", help=say("cli.help.device"))
-    t.add_argument("--epochs", type=_number(int, 1, 10_000), default=10, help=say("cli.help.epochs"))
-    t.add_argument("--batch-size", type=_number(int, 1, 65_536), default=64, help=say("cli.help.batch_size"))
-    t.add_argument("--lr", type=_number(float, 1e-12, 1e3), default=1e-2, help=say("cli.help.lr"))
-    t.add_argument("--data", choices=data.SOURCES, default=None, help=say("cli.help.data"))
-    t.add_argument("--root", default="data", help=say("cli.help.root"))
-    t.add_argument("--limit", type=_number(int, 1, 50_000), default=None, help=say("cli.help.limit"))
-    t.add_argument("--loader", choices=("dataloader", "resident"), default="dataloader", help=say("cli.help.loader"))
-    t.add_argument("--checkpoint", default="tudui.pth", help=say("cli.help.checkpoint"))
-    t.add_argument("--resume", action="store_true", help=say("cli.help.resume"))
-    t.add_argument("--force", action="store_true", help=say("cli.help.force"))
-    t.add_argument("--seed", type=_number(int, 0, 2**63 - 1), default=0, help=say("cli.help.seed"))
-    t.add_argument("--no-progress", action="store_true", help=say("cli.help.no_progress"))
-    r = sub.add_parser("predict", help=say("cli.help.predict"))
-    r.add_argument("--checkpoint", required=True, help=say("cli.help.predict_checkpoint"))
-    r.add_argument("--device", default="auto", help=say("cli.help.device"))
-    r.add_argument("images", nargs="+", help=say("cli.help.images"))
-    from .rehearse import add_parser
-    for parser in (p, d, t, r, add_parser(sub, _number)):  # on every command, and before it: python -m tudui --lang zh train
+    for parser in [p] + [_command(sub, name, command) for name, command in COMMANDS.items()]:
+        # on every command, and before it: python -m tudui --lang zh train
         parser.add_argument("--lang", choices=text.LANGS, default=text.language(), help=say("cli.help.lang"))
     return p
+
+
+def _command(sub, name, command):
+    """The parser of command ``name``, with its arguments from COMMANDS."""
+    parser = sub.add_parser(name, help=say(command["help"]))
+    for argument, spec in command["arguments"].items():
+        spec = {**spec, "help": say(spec["help"])}
+        parser.add_argument(argument, **{**spec, "type": _number(*spec["type"])} if "type" in spec else spec)
+    return parser
 
 
 def _run(args) -> int | None:

@@ -1,23 +1,13 @@
-"""Which torch to install for a GPU and a driver: the table of PyTorch's CUDA builds in builds.json, and the choice.
-
-builds.json is the one place for these facts (releases, their CUDA builds, the GPU architectures each build has
-kernels for, the date they were checked): the doctor's advice and the tables in README.md and lesson 00 (written by
-tools/stamp_builds.py) all come from it.
-"""
-from __future__ import annotations
-
+"""Which torch to install for a GPU and a driver: the choice, and the table of PyTorch's CUDA builds in builds.json,
+the one place for these facts (releases, their builds and kernels, the indexes, the date checked): the doctor's
+advice and the tables in README.md and lesson 00 (written by tools/stamp_builds.py) all come from it."""
 import json
 import re
 from dataclasses import dataclass
 from importlib import resources
 
 TABLE = json.loads(resources.files(__package__).joinpath("builds.json").read_text(encoding="utf-8"))
-WHEELS = "https://download.pytorch.org/whl/"
-# NJU's mirror of that index, same folders (a simple index: --index-url works, dependencies included), used by
-# Chinese projects' install scripts for Linux and Windows wheels (checked 2026-12-01). Aliyun's flat folders need
-# -f with a PyPI mirror for the rest, so the versions are pinned with their +cuXYZ label: PyPI's torch cannot win.
-MIRROR = "https://mirror.nju.edu.cn/pytorch/whl/"
-ALIYUN, TUNA = "https://mirrors.aliyun.com/pytorch-wheels/", "https://pypi.tuna.tsinghua.edu.cn/simple"
+INDEXES = TABLE["indexes"]  # PyTorch's, NJU's mirror of it, Aliyun's flat folders and the PyPI mirror they need
 
 
 @dataclass(frozen=True)
@@ -29,9 +19,7 @@ class Build:
     variant: str  # "cu126"
     archs: tuple  # the GPU architectures it has kernels for (sm_XY)
 
-    @property
-    def cuda(self) -> tuple:
-        return cuda_of(self.variant)
+    cuda = property(lambda self: cuda_of(self.variant))  # (major, minor)
 
     def runs_on(self, python: tuple) -> bool:
         """Whether it has wheels for Python ``python`` (major, minor)."""
@@ -43,8 +31,8 @@ class Build:
         label = f"+{self.variant}" if where == "aliyun" else ""
         pip = f"python -m pip install torch=={self.torch}{label} torchvision=={self.torchvision}{label}"
         if where == "aliyun":
-            return f"{pip} -f {ALIYUN}{self.variant}/ -i {TUNA}"
-        return f"{pip} --index-url {MIRROR if where == 'nju' else WHEELS}{self.variant}"
+            return f"{pip} -f {INDEXES['aliyun']}{self.variant}/ -i {INDEXES['tuna']}"
+        return f"{pip} --index-url {INDEXES['nju' if where == 'nju' else 'official']}{self.variant}"
 
 
 def cuda_of(variant: str) -> tuple:
@@ -60,8 +48,8 @@ def release_key(version: str) -> tuple:
 def releases() -> list:
     """Every release of the table, newest first, as its list of :class:`Build`."""
     rows = sorted(TABLE["releases"], key=lambda r: release_key(r["torch"]), reverse=True)
-    return [[Build(r["torch"], r["torchvision"], r["python"], v, tuple(TABLE["kernels"][k])) for v, k in r["builds"].items()]
-            for r in rows]
+    return [[Build(r["torch"], r["torchvision"], r["python"], v, tuple(TABLE["kernels"][k]))
+             for v, k in r["builds"].items()] for r in rows]
 
 
 def newest() -> str:
@@ -78,13 +66,11 @@ def has_kernels(arch_list, cap: tuple) -> bool:
 
 
 def choose(driver_cuda: tuple | None, caps: tuple = (), python: tuple | None = None) -> Build | None:
-    """The build to install: the newest release with kernels for every GPU in ``caps`` that the driver runs.
-
-    Of a release, the newest build the driver supports; else its oldest build of the driver's major version, which
-    the driver runs too (NVIDIA's minor version compatibility, a 12.x build on a 12.0+ driver). Unknown driver
-    (an unreadable nvidia-smi header): the newest release's build that asks least of the driver. ``python``: only
-    releases with wheels for that Python (major, minor). None: nothing fits.
-    """
+    """The build to install: the newest release with kernels for every GPU in ``caps`` that the driver runs. Of a
+    release, the newest build the driver supports; else its oldest build of the driver's major version, which the driver
+    runs too (NVIDIA's minor version compatibility, a 12.x build on a 12.0+ driver). Unknown driver (an unreadable
+    nvidia-smi header): the newest release's build that asks least of the driver. ``python``: only releases with wheels
+    for that Python (major, minor). None: nothing fits."""
     for builds in releases():
         fits = sorted((b for b in builds if all(has_kernels(b.archs, c) for c in caps)
                        and (python is None or b.runs_on(python))), key=lambda b: b.cuda)
@@ -101,7 +87,7 @@ def kernels_of(version: str, cuda: tuple | None) -> tuple:
     """The architectures torch ``version`` built for CUDA ``cuda`` has kernels for, from the table; () if unknown."""
     known = [b for builds in releases() for b in builds if b.cuda == cuda]
     same = [b for b in known if release_key(b.torch)[:2] == release_key(version)[:2]]
-    return (same or known or [Build("", "", "", "", ())])[0].archs
+    return next((b.archs for b in same or known), ())
 
 
 def mps_macos(version: str) -> str:

@@ -1,7 +1,6 @@
-"""What the tool checks before the lessons' loader reads a file (a regular file in torch's zip format, asking
-no more memory than a Tudui checkpoint needs; its pickle read, never run) and in what the loader returns (plain
-finite tensors; optimizer groups exactly as this run builds them). Nothing from the file is called or compared
-before its type is checked."""
+"""What the tool checks before the lessons' loader reads a file (a regular file in torch's zip format, asking no more
+memory than a Tudui checkpoint needs; its pickle read, never run) and in what the loader returns (plain finite tensors;
+optimizer groups as this run builds them). Nothing from the file is called or compared before its type is checked."""
 import math
 import os
 import pickletools
@@ -66,9 +65,7 @@ def check_archive(path):
             raise CheckpointError(say("checks.protocol", path=path, protocol=pickled[1]))
         _check_calls(path, pickled)
     except zipfile.BadZipFile:
-        if head == LEGACY_MAGIC:
-            raise CheckpointError(say("checks.legacy", path=path)) from None
-        raise CheckpointError(say("checks.not_zip", path=path)) from None
+        raise CheckpointError(say("checks.legacy" if head == LEGACY_MAGIC else "checks.not_zip", path=path)) from None
     except OSError as exc:
         raise CheckpointError(say("checks.cannot_read", path=path, reason=exc.strerror or exc)) from None
 
@@ -142,26 +139,22 @@ def read_checked(path):
     The one boundary of reading a file: whatever fails in it (a damaged or encrypted zip member, a compression
     zipfile cannot read, an odd tensor) is a CheckpointError."""
     try:
-        return _read_checked(path)
+        check_archive(path)
+        with quiet():
+            weights, kind, ours = checkpoint.parts(checkpoint.read_checkpoint(path), path)
+        for key, value in weights.items():
+            oddity = _oddity(value, WEIGHT_DTYPES) if type(key) is str else "?"
+            if oddity:
+                raise CheckpointError(say("checks.not_plain", path=path, oddity=oddity,
+                                          entry=str(key)[:40] if type(key) is str else "?"))
+            if not bool(torch.isfinite(value).all()):
+                raise CheckpointError(say("checks.not_finite", path=path, entry=key[:60]))
+        return kind, ours
     except CheckpointError:
         raise
     except Exception as exc:  # every failure to read the file is the file's, not a bug
         raise CheckpointError(say("checks.damaged", path=path, kind=type(exc).__name__,
                                   reason=first_line(exc, 160))) from None
-
-
-def _read_checked(path):
-    check_archive(path)
-    with quiet():
-        weights, kind, ours = checkpoint.parts(checkpoint.read_checkpoint(path), path)
-    for key, value in weights.items():
-        oddity = _oddity(value, WEIGHT_DTYPES) if type(key) is str else "?"
-        if oddity:
-            raise CheckpointError(say("checks.not_plain", path=path, oddity=oddity,
-                                      entry=str(key)[:40] if type(key) is str else "?"))
-        if not bool(torch.isfinite(value).all()):
-            raise CheckpointError(say("checks.not_finite", path=path, entry=key[:60]))
-    return kind, ours
 
 
 def check_optimizer(saved, optimizer, path):

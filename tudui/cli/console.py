@@ -1,6 +1,5 @@
-"""The console of a command: output that never fails it (what cannot be shown is escaped; a reader that goes
-away silences the rest), and SIGTERM (``docker stop``, Kaggle, Colab) ends a run as Ctrl-C does.
-"""
+"""The console of a command: output that never fails it (what cannot be shown is escaped; a reader that goes away
+silences the rest), and SIGTERM (``docker stop``, Kaggle, Colab) ends a run as Ctrl-C does."""
 import contextlib
 import os
 import signal

@@ -1,9 +1,5 @@
 """``python -m tudui doctor``: what this machine has, what torch can use of it, and the one thing to do.
-
-Parsing and advice are pure functions of the facts (tested with canned nvidia-smi outputs); run() gathers and prints.
-"""
-from __future__ import annotations
-
+Parsing and advice are pure functions of the facts (tested with canned nvidia-smi outputs); run() gathers and prints."""
 import json
 import os
 import platform
@@ -30,10 +26,17 @@ UNINSTALL = "python -m pip uninstall -y torch torchvision"
 TRY_CUDA = 'python -c "import torch; torch.zeros(1).cuda()"'  # shows torch's own error
 SMI_TIMEOUT = 10.0  # seconds for each nvidia-smi call
 QUERY, CSV = "--query-gpu=name,driver_version", "--format=csv,noheader"
-
-# Driver branch 580 (CUDA 13.0) is the last for Maxwell, Pascal and Volta (NVIDIA's driver deprecation notice, 2025).
-R580_CUDA = (13, 0)
+R580_CUDA = (13, 0)  # driver branch 580's: the last for Maxwell, Pascal and Volta (NVIDIA's deprecation notice, 2025)
 NO_KERNEL = ("no kernel image", "not compatible with the current PyTorch", "does not include kernels")
+GPU_ROW = re.compile(r"(?P<name>.+?),\s*(?P<driver>\d+(?:\.\d+)+)\s*(?:,\s*(?P<cap>[^,]*))?")  # a row of QUERY CSV
+WARMUP_STEPS = 3  # untimed: the first steps pay one-off costs (memory, kernel choice, on a GPU its start-up)
+CASE_WORKS, CASE_CPU_BUILD, CASE_BUILD_TOO_NEW, CASE_DRIVER_TOO_OLD = (
+    "gpu-works", "cpu-build-with-nvidia-gpu", "build-newer-than-driver", "driver-too-old")
+CASE_NO_KERNELS, CASE_GPU_NOT_USABLE, CASE_SMI_FAILED, CASE_NO_NVIDIA = (
+    "build-without-kernels-for-gpu", "gpu-not-usable", "nvidia-smi-failed", "no-nvidia-gpu")
+# Everything the doctor says, in each language a lesson is written in ("en", "zh"), by a short name;
+# commands, URLs and versions are filled in by the code and stay as they are.
+TEXT = json.loads(resources.files(__package__).joinpath("doctor_text.json").read_text(encoding="utf-8"))
 
 
 @dataclass(frozen=True)
@@ -67,23 +70,9 @@ class TorchBuild:
 
 @dataclass(frozen=True)
 class Advice:
-    case: str       # one of the CASE_* names below
+    case: str       # one of the CASE_* names above
     summary: str    # one line: which situation this is
     steps: tuple    # lines to print; commands stand alone on their line, indented, never wrapped
-
-
-CASE_WORKS = "gpu-works"
-CASE_CPU_BUILD = "cpu-build-with-nvidia-gpu"
-CASE_BUILD_TOO_NEW = "build-newer-than-driver"
-CASE_DRIVER_TOO_OLD = "driver-too-old"
-CASE_NO_KERNELS = "build-without-kernels-for-gpu"
-CASE_GPU_NOT_USABLE = "gpu-not-usable"
-CASE_SMI_FAILED = "nvidia-smi-failed"
-CASE_NO_NVIDIA = "no-nvidia-gpu"
-
-# Everything the doctor says, in each language a lesson is written in ("en", "zh"), by a short name;
-# commands, URLs and versions are filled in by the code and stay as they are.
-TEXT = json.loads(resources.files(__package__).joinpath("doctor_text.json").read_text(encoding="utf-8"))
 
 
 def texts(lang: str) -> dict:
@@ -117,9 +106,6 @@ def summarise(items, t: dict, shown: int = 3) -> str:
 
 def gpu_label(gpu: str, cap: tuple | None, t: dict) -> str:
     return t["cap"].format(gpu=gpu, cap=dotted(cap)) if cap else gpu
-
-
-GPU_ROW = re.compile(r"(?P<name>.+?),\s*(?P<driver>\d+(?:\.\d+)+)\s*(?:,\s*(?P<cap>[^,]*))?")
 
 
 def parse_gpu_query(text: str) -> list:
@@ -336,9 +322,6 @@ def describe_devices(lang: str = "en") -> str:
     elif best_accelerator() is not None:
         names.append(str(best_accelerator()))
     return summarise(names, t, shown=4)
-
-
-WARMUP_STEPS = 3  # untimed: the first steps pay one-off costs (memory, kernel choice, on a GPU its start-up)
 
 
 def training_speed(device, batch_size: int = 64, steps: int = 10, repeat: int = 5) -> float:

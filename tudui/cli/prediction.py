@@ -17,6 +17,7 @@ def open_image(path):
     """``path`` as an 8-bit RGB image, turned as its EXIF orientation says (phone photos); a UsageError if not.
     A big picture is made small first (a JPEG decoded at 1/2 to 1/8 scale, then box-averaged), so a 16-bit
     PNG of 89 million pixels takes the memory of its pixels once, not ten times."""
+    import numpy as np
     from PIL import Image, ImageOps, UnidentifiedImageError
     checks.regular_file(path, "image", UsageError)
     try:
@@ -29,7 +30,10 @@ def open_image(path):
                 scale = LARGEST / max(image.size)
                 image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))),
                                      Image.Resampling.BOX)
-            return _to_rgb(ImageOps.exif_transpose(image))
+            image = ImageOps.exif_transpose(image)
+            if image.mode.startswith("I"):  # 16- or 32-bit grey: scale to 8 bits instead of saturating
+                image = Image.fromarray((np.asarray(image, dtype=np.float64) / 257).clip(0, 255).astype(np.uint8))
+            return image.convert("RGB")
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise UsageError(say("predict.bomb", path=path, limit=Image.MAX_IMAGE_PIXELS)) from None
     except UnidentifiedImageError:
@@ -37,14 +41,6 @@ def open_image(path):
     except Exception as exc:  # only Pillow ran: truncated, a decoder's RuntimeError ...
         reason = getattr(exc, "strerror", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
         raise UsageError(say("predict.unreadable", path=path, reason=reason[:120])) from None
-
-
-def _to_rgb(image):
-    import numpy as np
-    from PIL import Image
-    if image.mode.startswith("I"):  # 16- or 32-bit grey: scale to 8 bits instead of saturating
-        image = Image.fromarray((np.asarray(image, dtype=np.float64) / 257).clip(0, 255).astype(np.uint8))
-    return image.convert("RGB")
 
 
 def predict(args):

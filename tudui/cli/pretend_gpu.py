@@ -1,18 +1,7 @@
 """A pretend GPU: "cuda:0" tensors on a machine without one, which refuse to meet CPU tensors as CUDA does.
-
-Inside ``pretend_gpu()`` (``python -m tudui rehearse`` and the tests use it), anything moved or created on "cuda"
-becomes an :class:`OnCuda` tensor: it says ``device(type='cuda', index=0)`` to Python code, holds its values in a
-CPU tensor (so losses, ``.item()`` and prints work), and every operation that mixes it with a CPU tensor raises
-CUDA's error ("Expected all tensors to be on the same device"). A CPU scalar (a 0-dim tensor) may mix only where
-CUDA lets it: as an input of an elementwise operation, never as its output nor in stack, cat or indexing.
-Underneath, an OnCuda tensor is on torch's ``meta`` device: autograd and the optimizers never ask a CUDA driver
-for anything. torch.cuda's questions get the answers of one GPU; anything else that would start the real CUDA
-runtime raises. ``torch.load(..., map_location="cuda")`` gives cuda:0 tensors. Every read of a GPU value by the
-CPU (``.item()``, ``.tolist()``, ``.cpu()``, printing) is counted in ``syncs``, a ``non_blocking`` copy to the CPU
-(read before any synchronisation) in ``unsynced``. Not covered: CUDA events and streams, several GPUs.
-"""
-from __future__ import annotations
-
+Inside ``pretend_gpu()`` (rehearse and the tests use it) whatever is moved to or made on "cuda" is an :class:`OnCuda`
+tensor, on torch's ``meta`` device underneath: autograd and the optimizers never ask a driver for anything. torch.cuda
+answers as one GPU; what would start the real CUDA runtime raises. Not covered: CUDA events, streams, several GPUs."""
 import contextlib
 import dataclasses
 import sys
@@ -59,7 +48,7 @@ class OnCuda(torch.Tensor):
         if func not in COPIES and any(not isinstance(t, OnCuda) and not _scalar_input(func, t, args) for t in tensors):
             raise RuntimeError(f"{MIXED} (pretend CUDA, in {func})")
         wrappers = {id(t.elem): t for t in tensors if isinstance(t, OnCuda)}
-        cpu_args, cpu_kwargs = tree_map(_unwrap, (args, kwargs))
+        cpu_args, cpu_kwargs = tree_map(lambda t: t.elem if isinstance(t, OnCuda) else t, (args, kwargs))
         if cpu_kwargs.get("device") is not None and torch.device(cpu_kwargs["device"]).type == "meta":
             cpu_kwargs["device"] = torch.device("cpu")  # e.g. empty_like(x): made where x's values are
         out = func(*cpu_args, **cpu_kwargs)
@@ -84,17 +73,9 @@ def _scalar_input(func, tensor, args) -> bool:
     return tensor.dim() == 0 and POINTWISE in func.tags and not written
 
 
-def _unwrap(t):
-    return t.elem if isinstance(t, OnCuda) else t
-
-
 def on_cuda(t: torch.Tensor) -> OnCuda:
     """A copy of CPU tensor ``t`` on (pretend) cuda:0."""
     return t if isinstance(t, OnCuda) else OnCuda(t.detach().clone())
-
-
-def to_cpu(t: torch.Tensor) -> torch.Tensor:
-    return t.elem.clone() if isinstance(t, OnCuda) else t
 
 
 def is_cuda_device(device) -> bool:
@@ -178,7 +159,7 @@ def _save(real_save):
             finally:
                 obj.cuda()
                 gpu.paused = False
-        return real_save(tree_map(to_cpu, obj), *args, **kwargs)
+        return real_save(tree_map(lambda t: t.elem.clone() if isinstance(t, OnCuda) else t, obj), *args, **kwargs)
     return save
 
 
@@ -186,8 +167,8 @@ def _load(real_load):
     def load(f, map_location=None, **kwargs):  # onto "cuda": cuda:0 tensors, as on a GPU
         if not is_cuda_device(map_location):
             return real_load(f, map_location=map_location, **kwargs)
-        loaded = real_load(f, map_location="cpu", **kwargs)
-        return tree_map(lambda t: on_cuda(t) if type(t) is torch.Tensor else t, loaded)
+        return tree_map(lambda t: on_cuda(t) if type(t) is torch.Tensor else t,
+                        real_load(f, map_location="cpu", **kwargs))
     return load
 
 
@@ -213,7 +194,7 @@ ACCELERATOR = {"current_stream": lambda *a, **k: NO_CAPTURE, "is_available": lam
 
 @contextlib.contextmanager
 def pretend_gpu():
-    """Inside: one pretend CUDA GPU (see the module's docstring); ``with pretend_gpu() as gpu:`` gives its :class:`GPU`."""
+    """One pretend CUDA GPU inside (the module's docstring says what it does); ``as gpu``: its :class:`GPU`."""
     gpu = GPU()
     _GPUS.append(gpu)
     with contextlib.ExitStack() as stack:

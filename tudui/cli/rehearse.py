@@ -1,14 +1,7 @@
-"""``python -m tudui rehearse SCRIPT [ARGS...]``: a learner's training script run on a pretend GPU, on any CPU.
-
-The script runs as ``__main__`` with a pretend cuda:0 (pretend_gpu.py) in a scratch working folder: CIFAR-10 comes
-from disk next to the script, or the synthetic stand-in (nothing is downloaded); each DataLoader loop stops after a
-few batches; a time limit ends a script that hangs. The report names the learner's own line where the script would
-fail on a real GPU, and the fix in the script's own style.
-"""
-from __future__ import annotations
-
+"""``python -m tudui rehearse SCRIPT [ARGS...]``: a learner's training script run on a pretend GPU, on any CPU, as
+``__main__`` in a scratch working folder. The report names the learner's own line where the script would fail on a
+real GPU, and the fix in the script's own style."""
 import _thread
-import argparse
 import ast
 import builtins
 import contextlib
@@ -291,16 +284,6 @@ def report(result: Rehearsal) -> str:
         lines.append(say("rehearse.saved", files=", ".join(result.saved[:6]), n=len(result.saved)))
     lines.append(say("rehearse.limits"))
     return "\n".join(lines)
-
-
-def add_parser(sub, number):
-    """``rehearse``'s command line (``number``: the CLI's range-checked argparse types)."""
-    r = sub.add_parser("rehearse", help=say("rehearse.help.command"))
-    r.add_argument("--batches", type=number(int, 1, 10_000), default=2, help=say("rehearse.help.batches"))
-    r.add_argument("--max-seconds", type=number(float, 1, 86_400), default=120, help=say("rehearse.help.seconds"))
-    r.add_argument("script", help=say("rehearse.help.script"))
-    r.add_argument("args", nargs=argparse.REMAINDER, help=say("rehearse.help.args"))
-    return r
 
 
 def run(args) -> int:

@@ -1,7 +1,6 @@
-"""``python -m tudui train``: the lessons' training, with the checks a tool owes its user: a writable
-checkpoint path, continued or overwritten only on request, one lock per checkpoint, and a resume only
-from the same settings and an optimizer state that is what this run builds.
-"""
+"""``python -m tudui train``: the lessons' training, with the checks a tool owes its user: a writable checkpoint path,
+continued or overwritten only on request, one lock per checkpoint, and a resume only from the same settings and an
+optimizer state that is what this run builds."""
 import contextlib
 import errno
 import gc
@@ -12,15 +11,14 @@ import stat
 import torch
 from filelock import FileLock, Timeout
 
-from .. import checkpoint, data, distributed, loops, resident
+from .. import checkpoint, data, distributed, loops
 from ..checkpoint import CheckpointError
 from ..model import Tudui
 from . import checks
 from ..text import say
 from .console import UsageError, quiet, raise_if_interrupted
 
-# Settings a resumed run must share with the run that wrote the checkpoint.
-RESUMED_SETTINGS = ("lr", "batch_size", "data", "limit", "seed", "loader")
+RESUMED_SETTINGS = ("lr", "batch_size", "data", "limit", "seed", "loader")  # as the run that wrote the checkpoint
 
 
 def check_target(path) -> str:
@@ -165,7 +163,7 @@ def _run_training(args, ctx):
     if ctx.distributed:
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-    make = resident.resident_loaders if args.loader == "resident" else data.loaders
+    make = data.resident_loaders if args.loader == "resident" else data.loaders
     train_loader, test_loader = make(train_set, test_set, args.batch_size, ctx.device,
                                      distributed=ctx.distributed, seed=args.seed)
     settings["workers"] = getattr(train_loader, "num_workers", 0)  # resident loaders have none
@@ -181,9 +179,8 @@ def _run_training(args, ctx):
         lines.clear()
         raise_if_interrupted()  # a Ctrl-C that something swallowed during the epoch stops the run here
 
-    loops.fit(model, train_loader, test_loader, torch.nn.CrossEntropyLoss(), optimizer, ctx.device,
-              args.epochs, start_epoch=start, on_epoch_end=save,
-              progress=ctx.is_main and not args.no_progress, log=lines.append)
+    loops.fit(model, train_loader, test_loader, torch.nn.CrossEntropyLoss(), optimizer, ctx.device, args.epochs,
+              start_epoch=start, on_epoch_end=save, progress=ctx.is_main and not args.no_progress, log=lines.append)
     if ctx.is_main and start < args.epochs:
         print(say("train.saved", path=args.checkpoint))
 
