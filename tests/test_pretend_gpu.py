@@ -244,3 +244,23 @@ def test_evaluate_builds_no_autograd_graph(cuda):
     loader = tudui.ResidentLoader(images(BATCH), BATCH, cuda, shuffle=False)
     tudui.evaluate(model, loader, nn.CrossEntropyLoss(), cuda, progress=False)
     assert graphs == [False]
+
+
+def test_what_was_saved_from_the_gpu_loads_back_onto_it_as_on_a_gpu(cuda, tmp_path):
+    model = tudui.Tudui().to(cuda)
+    torch.save(model.state_dict(), tmp_path / "w.pth")
+    torch.save(model, tmp_path / "m.pth")
+    state = torch.load(tmp_path / "w.pth", weights_only=True)  # no map_location: where it was saved from
+    whole = torch.load(tmp_path / "m.pth", weights_only=False)
+    assert on(CUDA, *state.values(), whole)
+    assert torch.equal(state["model.0.weight"].cpu(), model.state_dict()["model.0.weight"].cpu())
+    assert on(torch.device("cpu"), *torch.load(tmp_path / "w.pth", map_location="cpu", weights_only=True).values())
+    torch.save(torch.ones(2), tmp_path / "cpu.pth")
+    assert torch.load(tmp_path / "cpu.pth", weights_only=True).device == torch.device("cpu")
+
+
+def test_float_and_int_of_a_gpu_value_are_reads_by_the_cpu(cuda):
+    x = torch.ones(2, device=cuda)
+    with pretend_gpu() as gpu:
+        float(x.sum()), int(x.sum())
+    assert gpu.syncs == 2

@@ -3,6 +3,7 @@ GPU; each move of the post's checklist left out is reported at the learner's own
 changes; a script that cannot run or misbehaves gets one clear line."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,17 @@ def test_a_script_that_cannot_run_is_one_line_and_exit_2(capsys, learner, lang):
 def test_a_script_that_misbehaves_is_reported_and_the_folder_is_untouched(capsys, learner, body, said):
     code, out, err = rehearse(capsys, learner(body), "--max-seconds", "1")
     assert code == 1 and said in out and err == ""
+
+
+def test_a_state_dict_saved_from_the_gpu_and_loaded_again_stays_on_the_gpu(capsys, learner):
+    text = CUDA_WAY + textwrap.dedent("""
+        torch.save(tudui.state_dict(), "w.pth")
+        state = torch.load("w.pth")  # on a GPU: its tensors are on cuda:0 again
+        again = torch.load("tudui_9.pth", weights_only=False)  # the whole model, on cuda:0 again
+        print((again(imgs) - tudui(imgs)).abs().sum() + state["model.0.bias"].sum())
+    """)
+    code, out, err = rehearse(capsys, learner(text))
+    assert (code, err) == (0, "") and "11 file(s)" in out
 
 
 def test_dataloader_workers_are_turned_off_with_a_note(capsys, learner):

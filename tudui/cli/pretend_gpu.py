@@ -4,6 +4,7 @@ tensor, on torch's ``meta`` device underneath: autograd and the optimizers never
 answers as one GPU; what would start the real CUDA runtime raises. Not covered: CUDA events, streams, several GPUs."""
 import contextlib
 import dataclasses
+import os
 import sys
 import types
 from unittest import mock
@@ -89,6 +90,7 @@ class GPU:
     unsynced: int = 0
     moved: list = dataclasses.field(default_factory=list)  # every tensor moved onto the GPU: (shape, callers())
     paused: bool = False  # while torch.save takes a module's values from the GPU and puts them back: not counted
+    files: set = dataclasses.field(default_factory=set)  # files torch.save wrote GPU tensors to: they load onto it
 
 
 class _Redirect(TorchFunctionMode):
@@ -106,7 +108,8 @@ class _Redirect(TorchFunctionMode):
             out = self._move(func, name, first, args[1:], kwargs)
             self._count(first, out, kwargs)
             return out
-        if isinstance(first, OnCuda) and name in ("item", "tolist", "__format__", "__bool__", "numpy"):
+        if isinstance(first, OnCuda) and name in ("item", "tolist", "__format__", "__bool__", "__float__", "__int__",
+                                                  "numpy"):
             self._count(first, None, kwargs)
         if isinstance(first, OnCuda) and name in ("numpy", "__array__"):
             raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the "
@@ -149,26 +152,32 @@ class _Redirect(TorchFunctionMode):
 
 
 def _save(real_save):
-    def save(obj, *args, **kwargs):  # saved from cuda: its values, as torch.save writes them
-        if isinstance(obj, torch.nn.Module) and any(isinstance(p, OnCuda) for p in obj.parameters()):
-            gpu = _GPUS[-1] if _GPUS else GPU()
+    def save(obj, f, *args, **kwargs):  # saved from cuda: its values, as torch.save writes them
+        gpu = _GPUS[-1] if _GPUS else GPU()
+        module = isinstance(obj, torch.nn.Module)
+        if any(isinstance(t, OnCuda) for t in (obj.parameters() if module else tree_leaves(obj))) \
+                and isinstance(f, (str, os.PathLike)):
+            gpu.files.add(os.path.realpath(f))
+        if module and any(isinstance(p, OnCuda) for p in obj.parameters()):
             gpu.paused = True
             obj.cpu()  # a whole module: pickled from the CPU, then back (the same Parameter objects)
             try:
-                return real_save(obj, *args, **kwargs)
+                return real_save(obj, f, *args, **kwargs)
             finally:
                 obj.cuda()
                 gpu.paused = False
-        return real_save(tree_map(lambda t: t.elem.clone() if isinstance(t, OnCuda) else t, obj), *args, **kwargs)
+        return real_save(tree_map(lambda t: t.elem.clone() if isinstance(t, OnCuda) else t, obj), f, *args, **kwargs)
     return save
 
 
 def _load(real_load):
-    def load(f, map_location=None, **kwargs):  # onto "cuda": cuda:0 tensors, as on a GPU
-        if not is_cuda_device(map_location):
+    def load(f, map_location=None, **kwargs):  # onto "cuda", or saved from it: on cuda:0, as on a GPU
+        saved_on_gpu = isinstance(f, (str, os.PathLike)) and os.path.realpath(f) in (_GPUS[-1].files if _GPUS else ())
+        if not (is_cuda_device(map_location) or map_location is None and saved_on_gpu):
             return real_load(f, map_location=map_location, **kwargs)
-        return tree_map(lambda t: on_cuda(t) if type(t) is torch.Tensor else t,
-                        real_load(f, map_location="cpu", **kwargs))
+        obj = real_load(f, map_location="cpu", **kwargs)
+        return obj.cuda() if isinstance(obj, torch.nn.Module) else tree_map(
+            lambda t: on_cuda(t) if type(t) is torch.Tensor else t, obj)
     return load
 
 

@@ -82,10 +82,11 @@ def _line_in(script: Path, frames) -> int | None:
 class _Watch:
     """The stand-ins a script runs with: DataLoaders that stop after ``batches`` (no workers), CIFAR-10 without
     downloads, and notes on prints, saves and modules moved."""
-    real = types.SimpleNamespace(iter=DataLoader.__iter__, print=builtins.print, save=torch.save, to=torch.nn.Module.to)
+    real = types.SimpleNamespace(iter=DataLoader.__iter__, print=builtins.print, to=torch.nn.Module.to)
 
     def __init__(self, script: Path, result: Rehearsal, batches: int):
         self.script, self.result, self.batches, self.modules = script, result, batches, set()
+        self.saver = torch.save  # the pretend GPU's: it writes GPU values as a real GPU's torch.save does
 
     def loader_iter(self, loader):
         self.result.loops += 1
@@ -113,7 +114,7 @@ class _Watch:
     def save(self, obj, f, *args, **kwargs):
         if isinstance(obj, torch.nn.Module) and any(isinstance(p, OnCuda) for p in obj.parameters()):
             self.result.note("rehearse.note.save_model", _line_in(self.script, callers()))
-        return self.real.save(obj, f, *args, **kwargs)
+        return self.saver(obj, f, *args, **kwargs)
 
     def module_to(self, module, *args, **kwargs):
         moved = self.real.to(module, *args, **kwargs)
