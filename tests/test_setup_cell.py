@@ -107,7 +107,7 @@ def test_installs_tudui_where_it_is_missing_and_a_second_run_does_nothing(kind, 
     assert found_at(python, tmp_path, "torch") == torch_before
     installed = {p.name for p in site.iterdir()}
     assert installed == {"shared.pth", "tudui", "tudui-0.1.0.dist-info"}, f"pip also installed {installed}"
-    for data in ("recordings/99-fixture.json", "cli/doctor_text.json", "text/lessons.json"):  # read from the install
+    for data in ("recordings/99-fixture.json", "cli/commands.json", "text/lessons.json"):  # read from the install
         assert (site / "tudui" / data).is_file(), f"the install has no tudui/{data}"
 
     assert run_cell(python, tmp_path, source[kind], setup) == is_installed + "\n"

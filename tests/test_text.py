@@ -11,7 +11,7 @@ import tudui
 from tudui import text
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tudui"
-TABLES = sorted((PACKAGE / "text").glob("*.json")) + [PACKAGE / "cli" / "doctor_text.json"]
+TABLES = sorted((PACKAGE / "text").glob("*.json"))
 
 
 def fields(template: str) -> list:

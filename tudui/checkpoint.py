@@ -14,7 +14,7 @@ from torch import nn
 from .device import pick_device
 from .distributed import unwrap
 from .model import Tudui
-from .text import say
+from .text import one_line, say
 
 FORMAT = "tudui-checkpoint"
 # What a pickled course model may contain, and nothing else.
@@ -24,10 +24,6 @@ COURSE_NAMES = {f"{c.__module__}.{c.__name__}" for c in COURSE_CLASSES}
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, unreadable, unsafe or does not fit the model."""
-
-
-def first_line(exc, limit=160) -> str:
-    return ((str(exc).splitlines() or [""])[0] or type(exc).__name__)[:limit]
 
 
 def _plain(value, name):
@@ -86,7 +82,7 @@ def _write_atomically(state, path):
         os.replace(tmp, real)
     except (OSError, RuntimeError) as exc:  # a full disk: torch.save raises RuntimeError ("unexpected pos")
         raise CheckpointError(say("checkpoint.write_failed", path=path,
-                                  reason=getattr(exc, "strerror", None) or first_line(exc))) from None
+                                  reason=getattr(exc, "strerror", None) or one_line(exc))) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -101,7 +97,7 @@ def read_checkpoint(path, device="cpu"):
     try:
         names = set(torch.serialization.get_unsafe_globals_in_checkpoint(path))
     except Exception as exc:  # not a zip archive as torch.save writes, truncated, unreadable ...
-        raise CheckpointError(say("checkpoint.unreadable", path=path, reason=first_line(exc, 80))) from None
+        raise CheckpointError(say("checkpoint.unreadable", path=path, reason=one_line(exc, 80))) from None
     tudui_names = {n for n in names if n.endswith(".Tudui")}
     foreign = sorted(names - tudui_names - COURSE_NAMES)
     if foreign:
@@ -112,7 +108,7 @@ def read_checkpoint(path, device="cpu"):
         with torch.serialization.safe_globals(COURSE_CLASSES + [(Tudui, name) for name in tudui_names]):
             return torch.load(path, map_location=device, weights_only=True)
     except Exception as exc:
-        raise CheckpointError(say("checkpoint.cannot_load", path=path, device=device, reason=first_line(exc))) from None
+        raise CheckpointError(say("checkpoint.cannot_load", path=path, device=device, reason=one_line(exc))) from None
 
 
 def _course_state_dict(module, path):
@@ -171,7 +167,7 @@ def load_checkpoint(path, model, optimizer=None, device="cpu", restore_rng=False
         wrapped = [p for p in ("module.", "_orig_mod.") if all(str(k).startswith(p) for k in weights)]
         hint = say("checkpoint.wrapped_hint", prefix=wrapped[0]) if wrapped else ""
         raise CheckpointError(say("checkpoint.misfit", path=os.fspath(path), model=type(target).__name__, hint=hint,
-                                  reason=reason if len(reason) < 200 else reason[:197] + "...")) from None
+                                  reason=one_line(reason, 200))) from None
     return {"epoch": ours.get("epoch"), "extra": ours.get("extra", {}), "format": kind}
 
 

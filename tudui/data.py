@@ -16,7 +16,7 @@ from torchvision.transforms import ToTensor
 
 from .device import best_accelerator
 from .synthetic import CLASSES, SyntheticCIFAR10
-from .text import say
+from .text import one_line, say
 
 SOURCES = ("auto", "cifar10", "synthetic")
 DOWNLOAD_TIMEOUT_S = 30  # a download with no data for this long stops (a dead proxy would stall it for good)
@@ -96,7 +96,7 @@ def _load_real(train: bool, root: str):
         return CIFAR10(root, train=train, transform=ToTensor(), download=True)
     except Exception as exc:  # no network, a stall, disk full, a bad archive ...
         stalled = isinstance(getattr(exc, "reason", exc), TimeoutError)  # urllib's URLError has it as .reason
-        reason = say("data.stalled", seconds=DOWNLOAD_TIMEOUT_S) if stalled else (str(exc) or repr(exc)).splitlines()[0]
+        reason = say("data.stalled", seconds=DOWNLOAD_TIMEOUT_S) if stalled else one_line(exc)
     finally:
         socket.setdefaulttimeout(before)
     raise DataError(say("data.damaged", folder=folder, reason=reason, root=root) if damaged else

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from .device import DeviceError, pick_device
-from .text import say
+from .text import one_line, say
 
 BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
 JOIN_TIMEOUT = datetime.timedelta(minutes=10)  # joining, and any one collective (a barrier while rank 0 downloads)
@@ -94,7 +94,7 @@ def setup(want="auto") -> Context:
                                 timeout=JOIN_TIMEOUT)
     except (ValueError, TypeError, RuntimeError) as exc:  # DistError and DistStoreError are RuntimeErrors
         key = "launch.cannot_join" if all(where.values()) else "launch.cannot_start"
-        raise LaunchError(say(key, reason=" ".join(str(exc).split())[:160] or type(exc).__name__,
+        raise LaunchError(say(key, reason=one_line(exc),
                               world=world, seconds=JOIN_TIMEOUT.total_seconds(), **where)) from None
     return Context(rank, world, local, device, backend)
 

@@ -47,3 +47,12 @@ def language() -> str:
 def say(key: str, lang: str | None = None, **fields) -> str:
     """The text ``key`` in ``lang`` (default: :func:`language`), its ``{fields}`` filled in."""
     return tables()[check_lang(lang or language())][key].format(**fields)
+
+
+def one_line(message, limit: int = 160) -> str:
+    """The first line of ``message`` (an exception, a library's output), printable (control characters, ANSI escapes
+    too, as '?') and at most ``limit`` characters long; an error without a message as its type's name."""
+    line = next((s.strip() for s in str(message).splitlines() if s.strip()), "")
+    line = "".join(c if c.isprintable() else "?" for c in line)
+    line = line or (type(message).__name__ if isinstance(message, BaseException) else "")
+    return line if len(line) <= limit else line[:limit - 3] + "..."

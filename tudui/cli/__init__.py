@@ -13,7 +13,7 @@ import traceback
 from importlib import resources
 
 from .. import __version__, text
-from ..text import say
+from ..text import one_line, say
 from .console import UsageError, console
 
 EXIT_USAGE, EXIT_BUG, EXIT_INTERRUPTED = 2, 1, 130
@@ -106,7 +106,7 @@ def _start(argv):
     try:
         importlib.import_module("torch")
     except Exception as exc:
-        raise UsageError(say("cli.torch_failed", reason=_one_line(exc, 160))) from None
+        raise UsageError(say("cli.torch_failed", reason=one_line(exc))) from None
 
 
 def _known(exc) -> bool:
@@ -117,11 +117,6 @@ def _known(exc) -> bool:
         return False
     from .. import checkpoint, data, device, distributed
     return isinstance(exc, (device.DeviceError, data.DataError, checkpoint.CheckpointError, distributed.LaunchError))
-
-
-def _one_line(exc, limit=300) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def main(argv=None) -> int:
@@ -139,11 +134,11 @@ def main(argv=None) -> int:
             return EXIT_INTERRUPTED
         except Exception as exc:
             if _known(exc):
-                print(say("cli.error", message=_one_line(exc)), file=sys.stderr)
+                print(say("cli.error", message=one_line(exc, 300)), file=sys.stderr)
                 return EXIT_USAGE
             if os.environ.get("TUDUI_DEBUG") == "1":
                 traceback.print_exc()
-            print(say("cli.bug", kind=type(exc).__name__, message=_one_line(exc, 160), issues=ISSUES), file=sys.stderr)
+            print(say("cli.bug", kind=type(exc).__name__, message=one_line(exc), issues=ISSUES), file=sys.stderr)
             return EXIT_BUG
         finally:
             text._chosen[:] = chosen

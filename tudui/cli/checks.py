@@ -10,9 +10,9 @@ import zipfile
 import torch
 
 from .. import checkpoint
-from ..checkpoint import CheckpointError, first_line
+from ..checkpoint import CheckpointError
 from ..model import Tudui
-from ..text import say
+from ..text import one_line, say
 from .console import quiet
 
 MAX_PICKLE_BYTES = 1 << 20   # our pickles are a few KB; the course's whole-model files too
@@ -154,7 +154,7 @@ def read_checked(path):
         raise
     except Exception as exc:  # every failure to read the file is the file's, not a bug
         raise CheckpointError(say("checks.damaged", path=path, kind=type(exc).__name__,
-                                  reason=first_line(exc, 160))) from None
+                                  reason=one_line(exc))) from None
 
 
 def check_optimizer(saved, optimizer, path):

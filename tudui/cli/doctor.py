@@ -1,6 +1,5 @@
 """``python -m tudui doctor``: what this machine has, what torch can use of it, and the one thing to do.
 Parsing and advice are pure functions of the facts (tested with canned nvidia-smi outputs); run() gathers and prints."""
-import json
 import os
 import platform
 import re
@@ -9,15 +8,16 @@ import subprocess
 import sys
 import warnings
 from dataclasses import dataclass
-from importlib import resources
 from itertools import zip_longest
 
 import torch
 
+from .. import text
 from ..device import best_accelerator
-from . import builds
 from ..model import Tudui
+from ..text import one_line
 from ..timing import measure
+from . import builds
 
 DRIVER_PAGE = "https://www.nvidia.com/Download/index.aspx"
 CHECK = ("python -c \"import torch; print(torch.cuda.is_available(), torch.version.cuda, "
@@ -34,9 +34,7 @@ CASE_WORKS, CASE_CPU_BUILD, CASE_BUILD_TOO_NEW, CASE_DRIVER_TOO_OLD = (
     "gpu-works", "cpu-build-with-nvidia-gpu", "build-newer-than-driver", "driver-too-old")
 CASE_NO_KERNELS, CASE_GPU_NOT_USABLE, CASE_SMI_FAILED, CASE_NO_NVIDIA = (
     "build-without-kernels-for-gpu", "gpu-not-usable", "nvidia-smi-failed", "no-nvidia-gpu")
-# Everything the doctor says, in each language a lesson is written in ("en", "zh"), by a short name;
-# commands, URLs and versions are filled in by the code and stay as they are.
-TEXT = json.loads(resources.files(__package__).joinpath("doctor_text.json").read_text(encoding="utf-8"))
+PYTHON = sys.version_info[:2]  # the advice is for the Python running this: a build must have wheels for it
 
 
 @dataclass(frozen=True)
@@ -76,10 +74,9 @@ class Advice:
 
 
 def texts(lang: str) -> dict:
-    """The doctor's templates in ``lang`` ("en" or "zh": the language of the notebook or terminal it prints to)."""
-    if lang not in TEXT:
-        raise ValueError(f"lang must be one of {sorted(TEXT)} (the notebook's language), not {lang!r}")
-    return TEXT[lang]
+    """The templates in ``lang`` ("en" or "zh"), the doctor's among them (tudui/text/doctor.json: short names;
+    commands, URLs and versions are filled in by the code and stay as they are)."""
+    return text.tables()[text.check_lang(lang)]
 
 
 def version_tuple(text) -> tuple | None:
@@ -90,12 +87,6 @@ def version_tuple(text) -> tuple | None:
 
 def dotted(version: tuple) -> str:
     return f"{version[0]}.{version[1]}"
-
-
-def printable(text, limit: int = 120) -> str:
-    """``str(text)``'s first line for a terminal: control characters (ANSI escapes too) as '?', at most ``limit``."""
-    text = "".join(c if c.isprintable() else "?" for c in str(text).strip().split("\n")[0].strip())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def summarise(items, t: dict, shown: int = 3) -> str:
@@ -111,7 +102,7 @@ def gpu_label(gpu: str, cap: tuple | None, t: dict) -> str:
 def parse_gpu_query(text: str) -> list:
     """``[(name, driver, cap), ...]`` from ``nvidia-smi QUERY[,compute_cap] CSV``; cap is None without that field."""
     rows = [GPU_ROW.fullmatch(line.strip()) for line in text.splitlines()]
-    return [(printable(m["name"]), m["driver"], version_tuple(m["cap"])) for m in rows if m]
+    return [(one_line(m["name"]), m["driver"], version_tuple(m["cap"])) for m in rows if m]
 
 
 def parse_cuda_version(header: str) -> tuple | None:
@@ -137,11 +128,6 @@ def missing_kernels(build: TorchBuild, caps: tuple) -> bool:
     return bool(archs and caps) and not all(builds.has_kernels(archs, cap) for cap in caps)
 
 
-def choose(driver_cuda: tuple | None, caps: tuple) -> builds.Build | None:
-    """The build to install for this driver and these GPUs, with wheels for the Python running this."""
-    return builds.choose(driver_cuda, caps, sys.version_info[:2])
-
-
 def install_lines(build: builds.Build, t: dict) -> list:
     """Uninstall, then install exactly that build: from PyPI's index, or the same wheels from a mirror."""
     return [f"    {UNINSTALL}", f"    {build.install()}", t["mirror"], f"    {build.install('nju')}"]
@@ -152,7 +138,8 @@ def install_steps(build: builds.Build, driver_cuda: tuple | None, caps: tuple, t
     why = t["why_plain"] if driver_cuda is None else t["why_runs" if build.cuda <= driver_cuda else "why_minor"]
     why = why.format(cuda=dotted(build.cuda), driver=driver_cuda and dotted(driver_cuda), major=build.cuda[0])
     lines = [t["install"].format(torch=build.torch, python=build.python, why=why)]
-    best = choose(R580_CUDA if caps and min(caps) < (7, 5) else (99, 9), caps)  # with the newest driver it can have
+    newest_driver = R580_CUDA if caps and min(caps) < (7, 5) else (99, 9)  # the newest driver these GPUs can have
+    best = builds.choose(newest_driver, caps, PYTHON)
     if best and best.torch != build.torch or driver_cuda and build.cuda > driver_cuda:
         lines.insert(0, t["best_driver"].format(page=DRIVER_PAGE))
     elif build.torch != builds.newest():
@@ -162,7 +149,7 @@ def install_steps(build: builds.Build, driver_cuda: tuple | None, caps: tuple, t
 
 def driver_steps(driver_cuda: tuple | None, caps: tuple, t: dict) -> tuple:
     lines = [t["update_driver"].format(page=DRIVER_PAGE)]
-    build, after = choose(driver_cuda, caps), caps and choose(R580_CUDA, caps)
+    build, after = builds.choose(driver_cuda, caps, PYTHON), caps and builds.choose(R580_CUDA, caps, PYTHON)
     if build:
         return (*lines, t["keep_driver"].format(cuda=dotted(build.cuda), torch=build.torch), *install_lines(build, t))
     return (*lines, t["branch_580"].format(cuda=dotted(after.cuda)) if after else t["too_old_gpu"])
@@ -180,7 +167,7 @@ def no_gpu_steps(build: TorchBuild, system: str, machine: str, t: dict) -> tuple
 def not_a_cuda_build(build: TorchBuild, smi: NvidiaSmi, system: str, caps: tuple, gpu: str, t: dict) -> Advice:
     """An NVIDIA GPU, and a torch built for the CPU only (or for AMD GPUs)."""
     made = t["made_rocm"].format(hip=build.hip) if build.hip else t["made_cpu"]
-    chosen = choose(smi.cuda, caps)
+    chosen = builds.choose(smi.cuda, caps, PYTHON)
     if chosen is None:
         cuda = f"CUDA {dotted(smi.cuda)}" if smi.cuda else t["cuda_unknown"]
         return Advice(CASE_DRIVER_TOO_OLD, t["driver_too_old"].format(made=made, driver=smi.driver, cuda=cuda, gpu=gpu),
@@ -223,7 +210,7 @@ def advise(build: TorchBuild, smi, system: str = "", machine: str = "", visible:
     gpu = gpu_label(found.gpus[0], caps[0] if caps else None, t) if found else t["gpu"]
     if build.cuda and missing_kernels(build, caps):
         driver_cuda = found.cuda if found else None
-        chosen = choose(driver_cuda, caps)
+        chosen = builds.choose(driver_cuda, caps, PYTHON)
         steps = install_steps(chosen, driver_cuda, caps, t) if chosen else driver_steps(driver_cuda, caps, t)
         return Advice(CASE_NO_KERNELS, t["no_kernels"].format(cuda=dotted(build.cuda), gpu=gpu), steps)
     if build.cuda_available and not build.kernel_error:
@@ -255,12 +242,12 @@ def read_nvidia_smi(timeout: float = SMI_TIMEOUT) -> NvidiaSmi | SmiFailure | No
         if query.returncode != 0:  # nvidia-smi before about driver 510 rejects the field (exit code 2)
             query = run_nvidia_smi(exe, QUERY, CSV, timeout=timeout)
         if query.returncode != 0:
-            return SmiFailure(query.returncode, printable(query.stdout + query.stderr))
+            return SmiFailure(query.returncode, one_line(query.stdout + query.stderr))
         header = run_nvidia_smi(exe, timeout=timeout)
     except subprocess.TimeoutExpired:
         return SmiFailure(None, f"did not answer within {timeout:.0f} s (the driver is not responding)")
     except OSError as exc:
-        return SmiFailure(None, printable(f"could not start ({exc})"))
+        return SmiFailure(None, one_line(f"could not start ({exc})"))
     return parse_nvidia_smi(query.stdout, header.stdout)
 
 
@@ -272,7 +259,7 @@ def probe_kernels() -> str | None:
             conv(torch.rand(2, 3, 8, 8, device=f"cuda:{i}")).sum().backward()
             torch.cuda.synchronize(i)
         except RuntimeError as exc:  # "CUDA error: no kernel image is available for execution on the device"
-            return f"cuda:{i}: {printable(exc)}"
+            return f"cuda:{i}: {one_line(exc)}"
     return None
 
 
@@ -286,7 +273,7 @@ def torch_build() -> TorchBuild:
             caps = tuple(torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count()))
             archs, error = tuple(torch.cuda.get_arch_list()), probe_kernels()
         warned = [str(w.message) for w in caught if any(p in str(w.message) for p in NO_KERNEL)]
-        error = error or (printable(warned[0]) if warned else None)
+        error = error or (one_line(warned[0]) if warned else None)
     return TorchBuild(torch.__version__, version_tuple(torch.version.cuda), getattr(torch.version, "hip", None),
                       available, bool(mps and mps.is_available()), archs, caps, error)
 

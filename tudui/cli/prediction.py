@@ -4,7 +4,7 @@ import warnings
 import torch
 
 from .. import checkpoint, data, device
-from ..text import say
+from ..text import one_line, say
 from . import checks
 from .console import UsageError, quiet
 
@@ -39,8 +39,8 @@ def open_image(path):
     except UnidentifiedImageError:
         raise UsageError(say("predict.not_an_image", path=path)) from None
     except Exception as exc:  # only Pillow ran: truncated, a decoder's RuntimeError ...
-        reason = getattr(exc, "strerror", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise UsageError(say("predict.unreadable", path=path, reason=reason[:120])) from None
+        reason = getattr(exc, "strerror", None) or one_line(exc, 120)
+        raise UsageError(say("predict.unreadable", path=path, reason=reason)) from None
 
 
 def predict(args):
