@@ -356,6 +356,7 @@ def test_a_changed_code_token_fails_in_either_edition(editions):
     ('advice = doctor.advise(build, smi, "Windows")', 'advice = doctor.advise(build, smi, "Windows", lang="zh")'),
     ('run([sys.executable, "-m", "tudui", "doctor"], text=True)',
      'run([sys.executable, "-m", "tudui", "doctor", "--lang", "zh"], text=True)'),
+    ('raise RuntimeError(f"failed with exit code {code}")', 'raise RuntimeError(f"出错退出，退出码 {code}")'),
 ])
 def test_comments_and_printed_text_may_differ(english, chinese):
     assert same_code(english, chinese) is None
@@ -379,6 +380,7 @@ def test_comments_and_printed_text_may_differ(english, chinese):
     ('run(["python", "-m", "tudui", "doctor"])', 'run(["python", "-m", "tudui", "doctor", "--lang", "en"])'),
     ('run(["tudui", "train"])', 'run(["tudui", "train", "--lang", "zh"])'),  # only the doctor has --lang
     ('subprocess.run(["ls"])', 'subprocess.run(["ls"], lang="zh")'),  # a run that is not the doctor's
+    ('raise RuntimeError(f"code {code}")', 'raise RuntimeError(f"退出码 {code + 1}")'),  # a message's expression
 ])
 def test_anything_else_in_a_code_cell_may_not(english, chinese):
     assert same_code(english, chinese) is not None

@@ -1,7 +1,8 @@
 """Create or update the Chinese twin of a lesson: notebooks/NN-name.ipynb -> notebooks/zh/NN-name.ipynb.
 
 The twin gets the English notebook's cells, in the English order, with the same ids, types and tags:
-- a code cell keeps its Chinese comments and printed text where its code is otherwise the English code
+- a code cell keeps its Chinese comments and printed text (print, show_recorded, a RuntimeError's message) where
+  its code is otherwise the English code
   (see same_code); else the English cell is taken (show_recorded calls get lang="zh") and reported;
 - a markdown cell keeps its translation (by id); its metadata zh.en_sha is the source_sha of the English
   cell it translates. A new English cell goes in untranslated, without en_sha; a translation whose
@@ -32,7 +33,7 @@ LANG = 'lang="zh"'
 LANG_CALLS = ("set_language", "show_recorded", "doctor.run", "doctor.advise", "doctor.describe_build", "doctor.describe_smi")
 CLI_LANG = ', "--lang", "zh"'  # and the doctor's command line, [..., "tudui", "doctor"], gets its --lang
 # calls whose string arguments are printed text: {name: (first positional argument printed, keywords printed)}
-MESSAGE_CALLS = {"print": (0, ()), "show_recorded": (2, ("on_gpu",))}
+MESSAGE_CALLS = {"print": (0, ()), "show_recorded": (2, ("on_gpu",)), "RuntimeError": (0, ())}
 FSTRING_START = getattr(tokenize, "FSTRING_START", None)  # Python 3.12+ splits f-strings into tokens
 FSTRING_END = getattr(tokenize, "FSTRING_END", None)
 NO_GAP = {tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
