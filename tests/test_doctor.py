@@ -493,7 +493,7 @@ def test_run_prints_one_screen_with_the_advice(monkeypatch, capsys):
 
 @pytest.mark.parametrize("lang, speed_up, works", [
     ("en", "cuda:0 20,000 images/s: 20.0x the CPU", "CUDA works"),
-    ("zh", "cuda:0 每秒 20,000 张图片：是 CPU 的 20.0 倍", "核函数检查：每块显卡上都跑通了一次卷积"),
+    ("zh", "cuda:0 20,000 张/秒：是 CPU 的 20.0 倍", "核函数检查：每块显卡上都跑通了一次卷积"),
 ])
 def test_run_shows_the_measured_speed_up(monkeypatch, capsys, lang, speed_up, works):
     monkeypatch.setattr(doctor, "torch_build", lambda: CU126_WORKING)
@@ -572,7 +572,7 @@ def windows_laptop(monkeypatch):
 def assert_chinese_report(out):
     lines = out.splitlines()
     assert lines[0].startswith("torch 2.14.1：CPU 版本的 torch；Python ") and lines[1].startswith("nvidia-smi：NVIDIA GeForce")
-    assert lines[2].startswith("torch 能用的设备：cpu（") and "训练速度（Tudui，批量大小 64）：cpu 每秒 1,000 张图片" in out
+    assert lines[2].startswith("torch 能用的设备：cpu（") and "训练速度（Tudui，批量大小 64）：cpu 1,000 张/秒" in out
     assert "    python -m pip install torch==2.14.1 torchvision==0.29.1 --index-url https://download.pytorch.org/whl/cu126" in lines
     assert all(CHINESE.search(line) for line in lines if line and not line.startswith("    ")), out
 
