@@ -1,9 +1,9 @@
 """Create or update the Chinese twin of a lesson: notebooks/NN-name.ipynb -> notebooks/zh/NN-name.ipynb.
 
 The twin gets the English notebook's cells, in the English order, with the same ids, types and tags:
-- a code cell keeps its Chinese comments and printed text (print, show_recorded, a RuntimeError's message) where
-  its code is otherwise the English code
-  (see same_code); else the English cell is taken (show_recorded calls get lang="zh") and reported;
+- a code cell keeps its Chinese comments and printed text (print, show_recorded, a RuntimeError's message)
+  where its code is otherwise the English code (see same_code); else the English cell is taken (show_recorded
+  calls get lang="zh") and reported;
 - a markdown cell keeps its translation (by id); its metadata zh.en_sha is the source_sha of the English
   cell it translates. A new English cell goes in untranslated, without en_sha; a translation whose
   English changed keeps its old en_sha. Both are reported, one line per cell;
