@@ -1,5 +1,5 @@
 """The table of torch's CUDA builds (tudui/cli/builds.json): the choice it makes, that it knows the torch these
-tests run on, and that README.md, README.zh.md and lesson 00 show it as it is."""
+tests run on, and that docs/install.md, docs/install.zh.md and lesson 00 show it as it is."""
 from __future__ import annotations
 
 import re
@@ -72,8 +72,8 @@ def test_every_install_command_the_doctor_prints_is_pinned(build, smi, system, m
                 re.fullmatch(r"torch(vision)?==[\d.]+(\+cu\d+)?", w) for w in words if w.startswith("torch")), command
 
 
-def test_readmes_and_lesson_00_show_the_table_as_it_is():
-    for path, lang in stamp_builds.READMES.items():
+def test_the_install_docs_and_lesson_00_show_the_table_as_it_is():
+    for path, lang in stamp_builds.DOCS.items():
         text = path.read_text(encoding="utf-8")
         assert stamp_builds.table(doctor.texts(lang)) in text, f"{path.name}: run tools/stamp_builds.py"
     for path, lang in stamp_builds.LESSONS.items():
@@ -82,12 +82,12 @@ def test_readmes_and_lesson_00_show_the_table_as_it_is():
 
 
 def test_the_readme_names_the_newest_torch_as_tested():
-    for path in stamp_builds.READMES:
+    for path in (stamp_builds.ROOT / "README.md", stamp_builds.ROOT / "README.zh.md"):
         assert f"torch {builds.newest()}" in path.read_text(encoding="utf-8")
 
 
 def test_no_sentence_says_2_15_is_planned():
-    texts = [p.read_text(encoding="utf-8") for p in stamp_builds.READMES] + [
+    texts = [p.read_text(encoding="utf-8") for p in stamp_builds.DOCS] + [
         c.source for p in stamp_builds.LESSONS for c in nbformat.read(p, as_version=4).cells]
     texts += [str(doctor.texts("en")), str(doctor.texts("zh"))]
     assert not [t for t in texts if re.search(r"2\.15 (is )?planned|planned without|按计划，torch 2\.15", t)]

@@ -1,5 +1,5 @@
-"""Write the table of torch's CUDA builds (tudui/cli/builds.json, through table() below) into README.md,
-README.zh.md and lesson 00 of both editions, between the markers <!-- builds --> and <!-- /builds -->.
+"""Write the table of torch's CUDA builds (tudui/cli/builds.json, through table() below) into docs/install.md,
+docs/install.zh.md and lesson 00 of both editions, between the markers <!-- builds --> and <!-- /builds -->.
 
 Idempotent. A Chinese cell that was in step with its English before keeps its record of the English it translates
 (zh.en_sha). Usage: python tools/stamp_builds.py   (tests/test_builds.py checks that nothing is left to stamp)
@@ -15,13 +15,13 @@ from recordings import source_sha
 from tudui.cli import builds, doctor
 
 ROOT = Path(__file__).resolve().parent.parent
-READMES = {ROOT / "README.md": "en", ROOT / "README.zh.md": "zh"}
+DOCS = {ROOT / "docs" / "install.md": "en", ROOT / "docs" / "install.zh.md": "zh"}
 LESSONS = {ROOT / "notebooks" / "00-your-machine.ipynb": "en", ROOT / "notebooks" / "zh" / "00-your-machine.ipynb": "zh"}
 MARKED = re.compile(r"(<!-- builds -->\n)(?:.*?\n)?(<!-- /builds -->)", re.S)
 
 
 def table(t: dict) -> str:
-    """The Markdown table of what to install, by GPU and by the CUDA version nvidia-smi shows: README and lesson 00."""
+    """The Markdown table of what to install, by GPU and by the CUDA version nvidia-smi shows: docs/install.md and lesson 00."""
     columns = [((major, minor), label) for major, minor, label in builds.TABLE["driver_columns"]]
     head = [t["table_gpu"], *(label for _, label in columns)]
     rows = [head, ["---"] * len(head)]
@@ -70,7 +70,7 @@ def stamp_lessons() -> None:
 
 
 def main() -> None:
-    for path, lang in READMES.items():
+    for path, lang in DOCS.items():
         text = path.read_text(encoding="utf-8")
         if stamped(text, lang) != text:
             path.write_text(stamped(text, lang), encoding="utf-8")
