@@ -1,42 +1,37 @@
-"""``python -m tudui rehearse SCRIPT [ARGS...]``: a learner's training script run on a pretend GPU, on any CPU, as
-``__main__`` in a scratch working folder. The report names the learner's own line where the script would fail on a
-real GPU, and the fix in the script's own style."""
-import _thread
-import ast
-import builtins
-import contextlib
-import importlib
+"""``python -m tudui rehearse SCRIPT [ARGS...]``: a learner's training script (or notebook) run on a pretend GPU, on any
+CPU, in a child process (rehearsal.py) in a scratch copy of its folder, deleted afterwards. The report names the
+learner's own line where the script would fail on a real GPU, and the fix in the script's own style. This process
+only checks the input, makes the scratch folder, starts the child, relays its output, ends it at --max-seconds and
+reports."""
+import codecs
 import io
+import json
 import os
-import runpy
+import queue
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-import traceback
-import types
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
-from unittest import mock
 
-import torch
-import torchvision
-from torch.utils.data import DataLoader
-
-from .. import data, synthetic
 from .. import text as language
 from ..text import say
 from .console import UsageError
-from .pretend_gpu import OnCuda, callers, pretend_gpu
 
-LIMITS = {"Stream": "streams", "Event": "events", "init_process_group": "torchrun", "load_inline": "extensions"}
-LESSONS = {"cuda": "02", "to": "03", "load": "04", "numpy": "06"}
+COPIED = 2**20  # files up to this size are copied into the scratch folder; bigger ones (and big folders) are linked
+START = 120  # seconds the child may take to start Python and torch, before --max-seconds counts
+BOOT = "import sys; sys.path[0] = {root!r}; from tudui.cli.rehearsal import main; main()"
 
 
 @dataclass
 class Rehearsal:
-    """What a rehearsal found: ``passed``, else the learner's ``line`` (and its ``code``) and the ``error``."""
+    """What a rehearsal found: ``passed``, else the learner's ``line`` (``cell`` in a notebook, and its ``code``)
+    and the ``error``."""
     script: str
     passed: bool = False
     error: str | None = None
@@ -51,171 +46,116 @@ class Rehearsal:
     syncs: int = 0                               # reads of GPU values by the CPU
     saved: list = field(default_factory=list)   # what the script wrote, in the scratch folder
     seconds: float = 0.0
+    cell: int | None = None                      # in a notebook: counted from 1 at the top, text cells too
 
-    def note(self, key, line=None, **fields):
-        text = say(key, **fields) + (say("rehearse.at_line", line=line) if line else "")
+    def note(self, key, place=None, **fields):
+        text = say(key, **fields) + (say("rehearse.at", place=place) if place else "")
         if text not in self.notes:
             self.notes.append(text)
 
 
 def _source(script) -> tuple:
-    """The script's path and text; a UsageError when there is none to rehearse."""
+    """The script's path and its units to run, (file name, cell, text); a UsageError when there is none."""
     path = Path(script)
-    if not path.is_file():
-        raise UsageError(say("rehearse.no_file", script=script))
     try:
-        text = path.read_text(encoding="utf-8")
-        compile(text, str(path), "exec")
-    except (UnicodeDecodeError, ValueError):
-        raise UsageError(say("rehearse.not_python", script=script)) from None
+        data = path.read_bytes()
+    except OSError:
+        raise UsageError(say("rehearse.no_file", script=str(script))) from None
+    if path.suffix.lower() == ".ipynb":
+        return path.resolve(), *_cells(path, data)
+    try:  # as Python reads it: a PEP 263 coding line or a BOM, else UTF-8
+        text = data.decode(tokenize.detect_encoding(io.BytesIO(data).readline)[0])
+        if "\0" in text or text.lstrip()[:1] in ("{", "[") and _json(text) is not None:
+            raise ValueError("not Python")
+    except (SyntaxError, LookupError, ValueError):
+        raise UsageError(say("rehearse.not_python", script=str(script))) from None
+    _compile(text, path.name)
+    return path.resolve(), [(path.name, None, text)], 0
+
+
+def _json(text):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def place(cell, line) -> str:
+    """Where in the learner's code: "line 42", or in a notebook "cell 7, line 3"."""
+    if line is None:
+        return say("rehearse.place.none")
+    return say("rehearse.place.cell", cell=cell, line=line) if cell else say("rehearse.place.line", line=line)
+
+
+def _compile(text, name, cell=None):
+    try:
+        compile(text, name, "exec", dont_inherit=True)
     except SyntaxError as exc:
-        raise UsageError(say("rehearse.syntax", script=script, line=exc.lineno, message=exc.msg)) from None
-    return path.resolve(), text
+        raise UsageError(say("rehearse.syntax", script=name, place=place(cell, exc.lineno), message=exc.msg)) from None
+    except ValueError:  # a null byte
+        raise UsageError(say("rehearse.not_python", script=name)) from None
 
 
-def _line_in(script: Path, frames) -> int | None:
-    """The last line of ``script`` among ``frames``, (file, line) pairs."""
-    lines = [line for file, line in frames if file == str(script)]
-    return lines[-1] if lines else None
+def _cells(path, data) -> tuple:
+    """A notebook's code cells, IPython's magics and shell lines left out (each a ``pass``), and how many were."""
+    notebook = _json(data.decode("utf-8", "replace"))
+    if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
+        raise UsageError(say("rehearse.not_notebook", script=path.name))
+    units, skipped = [], 0
+    for n, cell in enumerate(notebook["cells"], 1):
+        source = cell.get("source", "") if isinstance(cell, dict) and cell.get("cell_type") == "code" else None
+        source = "".join(source) if isinstance(source, list) else source
+        if not isinstance(source, str) or source.lstrip().startswith("%%"):
+            skipped += isinstance(source, str)
+            continue
+        lines = source.splitlines()
+        for i, line in enumerate(lines):
+            if line.lstrip().startswith(("%", "!")):
+                lines[i], skipped = line[:len(line) - len(line.lstrip())] + "pass", skipped + 1
+        units.append((f"<cell {n}>", n, "\n".join(lines)))
+        _compile(units[-1][2], path.name, n)
+    return units, skipped
 
 
-class _Watch:
-    """The stand-ins a script runs with: DataLoaders that stop after ``batches`` (no workers), CIFAR-10 without
-    downloads, and notes on prints, saves and modules moved."""
-    real = types.SimpleNamespace(iter=DataLoader.__iter__, print=builtins.print, to=torch.nn.Module.to)
-
-    def __init__(self, script: Path, result: Rehearsal, batches: int):
-        self.script, self.result, self.batches, self.modules = script, result, batches, set()
-        self.saver = torch.save  # the pretend GPU's: it writes GPU values as a real GPU's torch.save does
-
-    def loader_iter(self, loader):
-        self.result.loops += 1
-        if loader.num_workers:
-            self.result.note("rehearse.note.workers")
-            loader.num_workers = 0
-        for i, batch in enumerate(self.real.iter(loader)):
-            if i == self.batches:
-                return
-            self.result.batches += 1
-            yield batch
-
-    def cifar10(self, root, train=True, transform=None, target_transform=None, download=False):
-        where = (Path(root) if Path(root).is_absolute() else self.script.parent / root).resolve()
-        if data.cifar10_on_disk(where):
-            return torchvision.datasets.CIFAR10(where, train, transform, target_transform)
-        self.result.note("rehearse.note.synthetic", where=root)
-        return synthetic.SyntheticCIFAR10(train, transform, target_transform, size=64 * (self.batches + 1))
-
-    def print(self, *args, **kwargs):
-        if any(isinstance(a, OnCuda) for a in args):
-            self.result.note("rehearse.note.print", _line_in(self.script, callers()))
-        return self.real.print(*args, **kwargs)
-
-    def save(self, obj, f, *args, **kwargs):
-        if isinstance(obj, torch.nn.Module) and any(isinstance(p, OnCuda) for p in obj.parameters()):
-            self.result.note("rehearse.note.save_model", _line_in(self.script, callers()))
-        return self.saver(obj, f, *args, **kwargs)
-
-    def module_to(self, module, *args, **kwargs):
-        moved = self.real.to(module, *args, **kwargs)
-        if list(module.parameters()) and all(isinstance(p, OnCuda) for p in module.parameters()):
-            self.modules.add(id(module))
-            self.result.modules = len(self.modules)
-        if isinstance(module, torch.nn.modules.loss._Loss) and not list(module.buffers()):
-            self.result.note("rehearse.note.loss", _line_in(self.script, callers()))
-        return moved
-
-
-@contextlib.contextmanager
-def _stand_ins(script: Path, result: Rehearsal, batches: int):
-    """The script's world for the rehearsal (see :class:`_Watch`), no keyboard, and a SummaryWriter where
-    tensorboard is missing."""
-    watch = _Watch(script, result, batches)
-    board = types.ModuleType("torch.utils.tensorboard")  # where tensorboard is missing: a writer that writes nothing
-
-    def writer(*args, **kwargs):
-        result.note("rehearse.note.tensorboard")
-        return types.SimpleNamespace(**{n: (lambda *a, **k: None) for n in (
-            "add_scalar", "add_scalars", "add_image", "add_images", "add_graph", "close", "flush")})
-
-    board.SummaryWriter = writer
-    with contextlib.ExitStack() as stack:
-        for owner, name, stand_in in [
-                (DataLoader, "__iter__", lambda loader: watch.loader_iter(loader)),
-                (torchvision.datasets, "CIFAR10", watch.cifar10), (builtins, "print", watch.print),
-                (torch, "save", watch.save), (torch.nn.Module, "to", lambda m, *a, **k: watch.module_to(m, *a, **k)),
-                (torch.nn.Module, "cuda", lambda m, device=None: watch.module_to(m, "cuda")),
-                (sys, "stdin", io.StringIO()), (sys, "argv", sys.argv)]:
-            stack.enter_context(mock.patch.object(owner, name, stand_in))
+def _copy(folder: Path, work: Path) -> dict:
+    """work/ as a copy of the script's folder (small files copied, big files and folders linked: a write through a
+    link lands outside, so it is stopped); what is in it, {path: (size, mtime)}."""
+    work.mkdir()
+    for entry in os.scandir(folder):
         try:
-            importlib.import_module("torch.utils.tensorboard")
-        except ImportError:
-            stack.enter_context(mock.patch.dict(sys.modules, {"torch.utils.tensorboard": board}))
-        yield
+            if entry.is_file(follow_symlinks=False) and entry.stat().st_size <= COPIED:
+                shutil.copy2(entry.path, work / entry.name)
+            elif entry.is_dir(follow_symlinks=False) and _small(entry.path):
+                shutil.copytree(entry.path, work / entry.name, symlinks=True)
+            else:
+                os.symlink(entry.path, work / entry.name, target_is_directory=entry.is_dir())
+        except OSError:  # unreadable, or no right to make links (Windows): left out
+            continue
+    return _files(work)
 
 
-def _read(script: Path, text: str, result: Rehearsal, gpu) -> None:
-    """Notes from the script's text and from what moved where while it ran."""
-    tree = ast.parse(text)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "device" \
-                and node.args and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).startswith("cuda") \
-                and "is_available" not in text:
-            result.note("rehearse.note.no_fallback", node.lineno)
-    moves = {_line_in(script, frames) for _, frames in gpu.moved}
-    discarded = {node.lineno for node in ast.walk(tree)  # x.to(...) or x.cuda() as a statement: its result lost
-                 if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-                 and isinstance(node.value.func, ast.Attribute) and node.value.func.attr in ("to", "cuda")}
-    for line in sorted(discarded & moves):
-        result.note("rehearse.note.discarded", line)
-    result.tensors, result.syncs = len(gpu.moved), gpu.syncs
-    if not gpu.moved and not result.modules:
-        result.note("rehearse.note.no_gpu")
+def _small(folder, files=200) -> bool:
+    """At most ``files`` files, each copied in full, in ``folder`` and below."""
+    for _, _, names in os.walk(folder):
+        files -= len(names)
+        if files < 0:
+            return False
+    return True
 
 
-def _failure(script: Path, text: str, exc: BaseException, result: Rehearsal) -> None:
-    """The learner's line where ``exc`` was raised, what it means and the fix in the script's own style."""
-    mine = [f for f, _ in traceback.walk_tb(exc.__traceback__) if f.f_code.co_filename == str(script)]
-    message = str(exc).splitlines()[0].split(" (pretend CUDA")[0] if str(exc) else type(exc).__name__
-    result.error = f"{type(exc).__name__}: {message}"
-    if not mine:
-        return
-    frame = next((f for f in mine if _cpu_names(f, text)), mine[-1])  # the learner's outermost line with a CPU value
-    result.line = frame.f_lineno
-    result.code = text.splitlines()[frame.f_lineno - 1].strip()
-    style = "to" if ".to(device)" in text or ".to(" in text and ".cuda()" not in text else "cuda"
-    limit = next((what for name, what in LIMITS.items() if name in message or name in result.code), None)
-    if "real CUDA runtime" in message or limit:
-        result.error = say("rehearse.limit", what=say(f"rehearse.limit.{limit or 'runtime'}"))
-    elif "same device" in message:
-        on_cpu = _cpu_names(frame, text)
-        fixes = [f"{n} = {n}.to(device)" if style == "to" else f"{n} = {n}.cuda()" for n in on_cpu]
-        result.fix = say("rehearse.fix", names=", ".join(on_cpu) or "?", fix="; ".join(fixes) or "?",
-                         lesson=LESSONS[style])
-    elif "numpy" in message or "ByteTensor" in message:
-        result.fix = say("rehearse.fix_cpu", lesson=LESSONS["numpy" if "numpy" in message else "load"])
-
-
-def _cpu_names(frame, text) -> list:
-    """The names on ``frame``'s line whose tensors (or module's weights) are on the CPU."""
-    try:
-        names = [n.id for n in ast.walk(ast.parse(text.splitlines()[frame.f_lineno - 1].strip()))
-                 if isinstance(n, ast.Name)]
-    except SyntaxError:  # the first line of a statement over several lines
-        names = []
-    return [n for n in dict.fromkeys(names) if _on_cpu(frame.f_locals.get(n))]
-
-
-def _on_cpu(value) -> bool:
-    if isinstance(value, torch.nn.Module):
-        return any(not isinstance(t, OnCuda) for t in (*value.parameters(), *value.buffers()))
-    return isinstance(value, torch.Tensor) and not isinstance(value, OnCuda) and value.dim() > 0
+def _files(work: Path) -> dict:
+    found = {}
+    for root, _, names in os.walk(work):
+        for name in names:
+            seen = os.lstat(os.path.join(root, name))
+            found[os.path.relpath(os.path.join(root, name), work)] = (seen.st_size, seen.st_mtime_ns)
+    return found
 
 
 def rehearse(script, *args, batches: int = 2, max_seconds: float = 120, lang: str | None = None,
              quiet: bool = False) -> Rehearsal:
-    """Run ``script`` (with ``args`` in sys.argv) on a pretend GPU and print the report in ``lang`` (default: the
-    language in force); returns a :class:`Rehearsal` a notebook cell can inspect."""
+    """Run ``script`` (a .py file or a notebook, with ``args`` in sys.argv) on a pretend GPU in a child process and
+    print the report in ``lang`` (default: the language in force); returns a :class:`Rehearsal` to inspect."""
     chosen = list(language._chosen)
     language.set_language(lang or language.language())
     try:
@@ -225,24 +165,23 @@ def rehearse(script, *args, batches: int = 2, max_seconds: float = 120, lang: st
 
 
 def _rehearse(script, args, batches, max_seconds, quiet) -> Rehearsal:
-    path, text = _source(script)
-    result, before, cwd = Rehearsal(path.name), list(sys.path), os.getcwd()
-    scratch = Path(tempfile.mkdtemp(prefix="tudui-rehearse-"))
-    (scratch / "work").mkdir()
-    start = time.perf_counter()
+    path, units, skipped = _source(script)
+    scratch, start = Path(tempfile.mkdtemp(prefix="tudui-rehearse-")), time.perf_counter()
     if not quiet:
         print(say("rehearse.start", script=path.name, batches=batches, seconds=max_seconds))
     try:
-        os.chdir(scratch / "work")  # relative saves and logs land here; CIFAR-10 is looked for next to the script
-        sys.path.insert(0, str(path.parent))
-        with pretend_gpu() as gpu, _stand_ins(path, result, batches):
-            sys.argv = [str(path), *args]
-            _run(path, text, result, max_seconds)
-        _read(path, text, result, gpu)
-        result.saved = sorted(str(p.relative_to(scratch / "work")) for p in (scratch / "work").rglob("*") if p.is_file())
+        before = _copy(path.parent, scratch / "work")
+        (scratch / "tmp").mkdir()
+        config = {"name": path.name, "units": units, "args": list(map(str, args)), "batches": batches,
+                  "lang": language.language(), "roots": [str(scratch / "work"), str(scratch / "tmp")],
+                  "progress": str(scratch / "progress.jsonl"), "file": str(scratch / "work" / path.name),
+                  "notebook": path.suffix.lower() == ".ipynb",
+                  "notes": [say("rehearse.note.magics", n=skipped)] if skipped else []}
+        if not config["notebook"]:
+            config["units"] = [(config["file"], None, units[0][2])]
+        result = _child(scratch, config, max_seconds)
+        result.saved = sorted(name for name, seen in _files(scratch / "work").items() if before.get(name) != seen)
     finally:
-        os.chdir(cwd)
-        sys.path[:] = before
         shutil.rmtree(scratch, ignore_errors=True)
     result.seconds = time.perf_counter() - start
     if not quiet:
@@ -250,24 +189,84 @@ def _rehearse(script, args, batches, max_seconds, quiet) -> Rehearsal:
     return result
 
 
-def _run(path: Path, text: str, result: Rehearsal, max_seconds: float) -> None:
-    """The script as ``__main__``, ended by a timer after ``max_seconds``; what it raised, in ``result``."""
-    timer = threading.Timer(max_seconds, _thread.interrupt_main)
-    timer.daemon = True
-    timer.start()
+def _child(scratch: Path, config: dict, max_seconds: float) -> Rehearsal:
+    """The child process, started, relayed and ended; what it found (its last line of progress if it was killed)."""
+    (scratch / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    Path(config["progress"]).touch()
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "PYTHONIOENCODING": "utf-8",
+           "TMPDIR": str(scratch / "tmp"), "TEMP": str(scratch / "tmp"), "TMP": str(scratch / "tmp"),
+           "TORCHINDUCTOR_CACHE_DIR": str(scratch / "tmp" / "inductor")}
+    env.pop("PYTHONSTARTUP", None)
+    root = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.Popen([sys.executable, "-c", BOOT.format(root=root), str(scratch / "config.json")],
+                            cwd=scratch / "work", env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=os.name == "posix",
+                            creationflags=getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0))
     try:
-        runpy.run_path(str(path), run_name="__main__")
-        result.passed = True
-    except SystemExit as exc:  # the script's own exit: passed only with code 0 (or None)
-        result.passed = exc.code in (0, None)
-        result.error = None if result.passed else say("rehearse.exit", code=exc.code)
-    except KeyboardInterrupt as exc:
-        result.error = say("rehearse.interrupted" if timer.is_alive() else "rehearse.timeout", seconds=max_seconds)
-        result.line = _line_in(path, [(f.f_code.co_filename, n) for f, n in traceback.walk_tb(exc.__traceback__)])
-    except Exception as exc:
-        _failure(path, text, exc, result)
+        timed_out = _relay(proc, Path(config["progress"]), max_seconds)
     finally:
-        timer.cancel()
+        _kill(proc)
+    return _outcome(config["name"], Path(config["progress"]), proc.returncode, timed_out, max_seconds)
+
+
+def _relay(proc, progress: Path, max_seconds: float) -> bool:
+    """The child's output, printed here (so a notebook cell shows it) until it ends; True if --max-seconds ended it.
+    --max-seconds counts from the script's first line (the child's first line of progress)."""
+    lines, deadline, started = queue.Queue(), time.monotonic() + START + max_seconds, False
+    for stream, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
+        threading.Thread(target=_pump, args=(stream, name, lines), daemon=True).start()
+    open_streams = 2
+    while open_streams or proc.poll() is None:
+        if not started and progress.stat().st_size:
+            started, deadline = True, time.monotonic() + max_seconds
+        if time.monotonic() > deadline:
+            _kill(proc)
+            return True
+        try:
+            name, text = lines.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        if text is None:
+            open_streams -= 1
+        else:
+            getattr(sys, name).write(text)
+            getattr(sys, name).flush()
+    return False
+
+
+def _pump(stream, name, lines):
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    with stream:
+        for chunk in iter(lambda: os.read(stream.fileno(), 65536), b""):
+            lines.put((name, decoder.decode(chunk)))
+    lines.put((name, None))
+
+
+def _kill(proc):
+    """The child and whatever it started (its process group), ended."""
+    if os.name == "posix":
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:  # already gone
+            pass
+    else:
+        proc.kill()
+    proc.wait()
+
+
+def _outcome(name, progress: Path, code, timed_out, max_seconds) -> Rehearsal:
+    messages = [json.loads(line) for line in progress.read_text(encoding="utf-8").splitlines() if line.strip()]
+    final = [m["result"] for m in messages if "result" in m]
+    if final and not timed_out:
+        return Rehearsal(**final[0])
+    last = next((m["progress"] for m in reversed(messages) if "progress" in m), {})
+    result = Rehearsal(**{**last, "script": name, "passed": False, "error": None})
+    if timed_out:
+        result.error = say("rehearse.timeout", seconds=max_seconds, loops=result.loops, batches=result.batches)
+    else:
+        how = signal.Signals(-code).name if code < 0 and -code in signal.Signals._value2member_map_ else code
+        result.error = say("rehearse.died", how=how, loops=result.loops, batches=result.batches)
+    return result
 
 
 def report(result: Rehearsal) -> str:
@@ -278,7 +277,9 @@ def report(result: Rehearsal) -> str:
     else:
         lines = [say("rehearse.failed", error=result.error)]
         if result.line:
-            lines.append(say("rehearse.where", script=result.script, line=result.line, code=result.code or ""))
+            lines.append(say("rehearse.where", script=result.script, place=place(result.cell, result.line),
+                             code=result.code or ""))
+            lines += [say("rehearse.cells")] if result.cell else []
         lines += [result.fix] if result.fix else []
     lines += [say("rehearse.notes")] + [f"  - {note}" for note in result.notes] if result.notes else []
     if result.saved:
@@ -288,7 +289,7 @@ def report(result: Rehearsal) -> str:
 
 
 def run(args) -> int:
-    """The command: exit 0 when the rehearsal passed, 1 when the script raised."""
+    """The command: exit 0 when the rehearsal passed, 1 when the script failed, was stopped or ended itself."""
     result = rehearse(args.script, *args.args, batches=args.batches, max_seconds=args.max_seconds, lang=args.lang)
     print(say("rehearse.took", seconds=result.seconds))
     return 0 if result.passed else 1
