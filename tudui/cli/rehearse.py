@@ -117,16 +117,20 @@ def _cells(path, data) -> tuple:
     return units, skipped
 
 
-def _copy(folder: Path, work: Path) -> dict:
+def _copy(script: Path, work: Path) -> dict:
     """work/ as a copy of the script's folder (small files copied, big files and folders linked: a write through a
     link lands outside, so it is stopped); what is in it, {path: (size, mtime)}."""
     work.mkdir()
-    for entry in os.scandir(folder):
+    budget = [COPIED * 64]  # bytes copied in all; the rest is linked
+    for entry in sorted(os.scandir(script.parent), key=lambda e: e.name != script.name):  # the script first
         try:
-            if entry.is_file(follow_symlinks=False) and entry.stat().st_size <= COPIED:
+            size = entry.stat().st_size if entry.is_file(follow_symlinks=False) else None
+            if size is not None and size <= min(COPIED, budget[0]):
                 shutil.copy2(entry.path, work / entry.name)
-            elif entry.is_dir(follow_symlinks=False) and _small(entry.path):
+                budget[0] -= size
+            elif entry.is_dir(follow_symlinks=False) and budget[0] > COPIED * 8 and _small(entry.path):
                 shutil.copytree(entry.path, work / entry.name, symlinks=True)
+                budget[0] -= COPIED * 8
             else:
                 os.symlink(entry.path, work / entry.name, target_is_directory=entry.is_dir())
         except OSError:  # unreadable, or no right to make links (Windows): left out
@@ -135,10 +139,12 @@ def _copy(folder: Path, work: Path) -> dict:
 
 
 def _small(folder, files=200) -> bool:
-    """At most ``files`` files, each copied in full, in ``folder`` and below."""
-    for _, _, names in os.walk(folder):
+    """At most ``files`` files (their sizes checked when copied: up to ``COPIED`` in all), in ``folder`` and below."""
+    size = 0
+    for root, _, names in os.walk(folder):
         files -= len(names)
-        if files < 0:
+        size += sum(os.lstat(os.path.join(root, name)).st_size for name in names)
+        if files < 0 or size > COPIED * 8:
             return False
     return True
 
@@ -170,7 +176,7 @@ def _rehearse(script, args, batches, max_seconds, quiet) -> Rehearsal:
     if not quiet:
         print(say("rehearse.start", script=path.name, batches=batches, seconds=max_seconds))
     try:
-        before = _copy(path.parent, scratch / "work")
+        before = _copy(path, scratch / "work")
         (scratch / "tmp").mkdir()
         config = {"name": path.name, "units": units, "args": list(map(str, args)), "batches": batches,
                   "lang": language.language(), "roots": [str(scratch / "work"), str(scratch / "tmp")],
