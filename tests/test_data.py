@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch.utils.data import DistributedSampler, SequentialSampler
 
 import tudui
-from tudui import CLASSES, DataError, SyntheticCIFAR10, cifar10, describe_data, is_synthetic, loaders
+from tudui import CLASSES, DataError, ResidentLoader, SyntheticCIFAR10, cifar10, describe_data, is_synthetic, loaders
 from tudui.data import DOWNLOAD_TIMEOUT_S, cifar10_on_disk, default_num_workers, default_source
 from helpers import course_setup
 
@@ -115,10 +115,31 @@ def test_describe_data_in_chinese(monkeypatch):
     assert describe_data(cifar10(False, source="synthetic", limit=5)) == "代替 CIFAR-10 的合成数据，测试集，5 张图片"
 
 
-@pytest.mark.parametrize("limit", [0, -3, 2.5, "10", True])
-def test_limit_must_be_a_positive_whole_number(limit):
-    with pytest.raises(DataError, match="limit must be a positive whole number of images, got"):
+@pytest.mark.parametrize("limit, error", [(0, ValueError), (-3, ValueError), (2.5, TypeError), ("10", TypeError),
+                                          (True, TypeError)])
+def test_limit_must_be_a_positive_whole_number(limit, error):
+    with pytest.raises(error, match=r"^limit(=-?\d+ is out of range: it must be at least 1| must be a whole number)"):
         cifar10(True, source="synthetic", limit=limit)
+
+
+@pytest.mark.parametrize("seed, error", [(2**64, ValueError), (-1, ValueError), (1.5, TypeError), (None, TypeError)])
+def test_a_seed_torch_cannot_take_is_named(seed, error):
+    train = cifar10(True, source="synthetic", limit=8)
+    for call in (lambda: cifar10(True, source="synthetic", limit=8, seed=seed),
+                 lambda: loaders(train, train, batch_size=4, num_workers=0, seed=seed),
+                 lambda: ResidentLoader(train, batch_size=4, seed=seed)):
+        with pytest.raises(error, match="^seed"):
+            call()
+
+
+@pytest.mark.parametrize("make", ["file", "device", "through a file"])
+def test_a_data_root_that_is_not_a_folder_is_refused_before_anything_is_printed(tmp_path, capsys, make):
+    (tmp_path / "file").write_text("x")
+    root = {"file": tmp_path / "file", "device": "/dev/null", "through a file": tmp_path / "file" / "data"}[make]
+    for source in ("auto", "cifar10"):
+        with pytest.raises(DataError, match=r"^the data root '.+' is not a folder \(a file or a device\)"):
+            cifar10(True, root=root, source=source, limit=8)
+    assert capsys.readouterr() == ("", "")
 
 
 # --- choosing the source ------------------------------------------------------------------------

@@ -597,3 +597,18 @@ def test_a_bad_lang_is_one_line(monkeypatch, capsys):
     for call in (lambda: doctor.run(lang="fr"), lambda: doctor.advise(CPU_ONLY, None, lang="zh-CN")):
         with pytest.raises(ValueError, match=r"^language must be one of en, zh, not '(fr|zh-CN)'$"):
             call()
+
+
+@pytest.mark.parametrize("lang, says", [("en", "nvidia-smi: failed (reported 99999999999999999..., a compute capability "
+                                               "or CUDA version no GPU or driver has)"),
+                                        ("zh", "报告了 99999999999999999...，没有哪块显卡或哪个驱动有这样的计算能力")])
+@pytest.mark.parametrize("query, header", [("GeForce GTX 1060, 580.82.07, " + "9" * 5000 + ".1\n", "CUDA Version: 13.0"),
+                                           ("GeForce GTX 1060, 580.82.07, 6.1\n", "CUDA Version: " + "9" * 5000 + ".0")])
+def test_an_absurd_number_from_nvidia_smi_is_one_line_not_an_internal_error(monkeypatch, capsys, lang, says, query,
+                                                                           header):
+    fake_nvidia_smi(monkeypatch, query, header)
+    monkeypatch.setattr(doctor, "training_speed", lambda device, steps=10: 1000.0)
+    assert main(["doctor", "--lang", lang]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and len([line for line in out.splitlines() if "9999" in line]) == 2  # the report and the advice
+    assert says in out and all(len(line) < 200 for line in out.splitlines())

@@ -28,8 +28,8 @@ from torch import nn
 
 from tudui import CheckpointError, DeviceError, Tudui, load_model, pick_device, read_checkpoint, save_checkpoint
 from tudui.checkpoint import temp_prefix
-from tudui import data, distributed, loops
-from tudui.cli import checks, main
+from tudui import checkpoint as boundary, data, distributed, loops
+from tudui.cli import main
 from tudui.cli.training import workers_note
 from helpers import course_tudui_class, fails_in_one_line, registered, state_equal
 
@@ -674,7 +674,7 @@ def rezipped(good, target, member, content):
 
 def write_bomb(kind, good, path, scale=4):
     """A small file that asks for ``scale`` times what a Tudui checkpoint may make the loader allocate."""
-    limit = checks.MAX_CALL_INT
+    limit = boundary.MAX_CALL_INT
     if kind == "bytearray":
         torch.save(Payload(bytearray, scale * limit), path)
     elif kind == "linear":
@@ -682,11 +682,11 @@ def write_bomb(kind, good, path, scale=4):
     elif kind == "deflated-pickle":
         with zipfile.ZipFile(good) as z:
             pickled = z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
-        rezipped(good, path, "data.pkl", pickled + bytes(scale * checks.MAX_PICKLE_BYTES))
+        rezipped(good, path, "data.pkl", pickled + bytes(scale * boundary.MAX_PICKLE_BYTES))
     elif kind == "deflated-storage":
         with zipfile.ZipFile(good) as z:
             last = max((n for n in z.namelist() if "/data/" in n), key=lambda n: int(n.rsplit("/", 1)[1]))
-        rezipped(good, path, last, bytes(scale * checks._budget()[0]))
+        rezipped(good, path, last, bytes(scale * boundary._budget()[0]))
 
 
 BOMBS = ["bytearray", "linear", "deflated-pickle", "deflated-storage"]
@@ -701,7 +701,21 @@ def test_memory_bombs_are_refused_before_allocating(capsys, here, good, kind):
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert "refused" in line and peak < checks.MAX_PICKLE_BYTES, (line, peak)
+    assert "refused" in line and peak < boundary.MAX_PICKLE_BYTES, (line, peak)
+
+
+@pytest.mark.parametrize("kind", BOMBS)
+def test_the_notebooks_load_model_refuses_the_same_bombs(here, good, kind):
+    """One boundary for the notebooks and the tool: tudui.load_model runs the checks the CLI runs."""
+    write_bomb(kind, good[0], here / "bomb.pth")
+    tracemalloc.start()
+    try:
+        with pytest.raises(CheckpointError, match="refused"):
+            load_model(here / "bomb.pth")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < boundary.MAX_PICKLE_BYTES, peak
 
 
 MEASURE_BOMBS = """
@@ -921,7 +935,7 @@ def free_port():
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 @pytest.mark.parametrize("rank, world, addr", [(0, "2", "127.0.0.1"), (1, "2", "127.0.0.1"),
-                                               (0, "99999999999999999999", "127.0.0.1"), (1, "2", "nosuch.invalid")])
+                                               (0, "99999999999999999999", "127.0.0.1")])
 def test_a_launch_with_no_peers_says_how_long_it_waits_then_gives_up(capfd, here, monkeypatch, rank, world, addr,
                                                                     lang):
     """torchrun's variables set by hand: the wait is announced before it starts, ends when it said, and what
@@ -929,6 +943,7 @@ def test_a_launch_with_no_peers_says_how_long_it_waits_then_gives_up(capfd, here
     monkeypatch.setattr(distributed, "JOIN_TIMEOUT", datetime.timedelta(seconds=2))
     port = free_port()
     monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("LOCAL_RANK", str(rank))
     monkeypatch.setenv("WORLD_SIZE", world)
     monkeypatch.setenv("MASTER_ADDR", addr)
     monkeypatch.setenv("MASTER_PORT", str(port))
@@ -952,11 +967,53 @@ def test_a_launch_with_no_peers_says_how_long_it_waits_then_gives_up(capfd, here
 
 @pytest.mark.parametrize("value", ["²", "9" * 5000, "abc"])
 def test_odd_local_world_sizes_under_torchrun_are_refused_by_name(capsys, here, monkeypatch, value):
-    monkeypatch.setenv("RANK", "0")
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", value)
+    for name, set_to in {**TORCHRUN, "LOCAL_WORLD_SIZE": value}.items():
+        monkeypatch.setenv(name, set_to)
     line = fails_in_one_line(capsys, TRAIN + ["--epochs", "1", "--checkpoint", "n.pth"])
     assert f"LOCAL_WORLD_SIZE={value[:40]!r} is not a whole number" in line and "torchrun" in line
+
+
+TORCHRUN = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+HALF = ("WORLD_SIZE is set, but not {}: this environment is half a torchrun launch; unset WORLD_SIZE to train in one "
+        "process, or launch with: torchrun --nproc-per-node=N -m tudui train ...")
+
+
+@pytest.mark.parametrize("lang, says", [("en", "tudui: error: " + HALF.format("RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT")),
+                                        ("zh", "tudui: 错误：设置了 WORLD_SIZE，却没有 RANK, LOCAL_RANK, MASTER_ADDR, "
+                                               "MASTER_PORT：这不是完整的 torchrun 启动环境")])
+def test_world_size_set_by_hand_is_half_a_launch_not_a_lone_training(capsys, here, monkeypatch, lang, says):
+    for name in TORCHRUN:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with mock.patch("tudui.loops.fit", side_effect=AssertionError("trained")):
+        line = fails_in_one_line(capsys, TRAIN + ["--epochs", "1", "--checkpoint", "n.pth", "--lang", lang])
+    assert line.startswith(says) and not os.path.exists("n.pth")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("name, value, says", [
+    ("MASTER_PORT", "abc", ("MASTER_PORT='abc' is not a port", "MASTER_PORT='abc' 不是端口号")),
+    ("MASTER_PORT", "99999", ("MASTER_PORT='99999' is not a port", "MASTER_PORT='99999' 不是端口号")),
+    ("MASTER_ADDR", "nosuch.invalid", ("MASTER_ADDR='nosuch.invalid' is not an address this machine can reach",
+                                       "MASTER_ADDR='nosuch.invalid' 不是这台机器能找到的地址")),
+])
+def test_a_rendezvous_no_process_could_reach_is_refused_at_once(capsys, here, monkeypatch, lang, name, value, says):
+    """Before any "waiting up to 600 s" line: a port that is not one, an address that does not resolve."""
+    for var, set_to in {**TORCHRUN, name: value}.items():
+        monkeypatch.setenv(var, set_to)
+    start = time.monotonic()
+    line = fails_in_one_line(capsys, TRAIN + ["--epochs", "1", "--checkpoint", "n.pth", "--lang", lang])
+    assert time.monotonic() - start < 30 and says[lang == "zh"] in line and "torchrun --nproc-per-node=N" in line
+
+
+@pytest.mark.parametrize("lang, says", [("en", "is not a folder (a file or a device)"), ("zh", "不是文件夹")])
+@pytest.mark.parametrize("root", ["/dev/null", "x.png", "x.png/data"])
+def test_a_data_root_that_is_not_a_folder_is_one_line(capsys, here, lang, says, root):
+    before = snapshot(here)
+    argv = TRAIN + ["--epochs", "1", "--force", "--data", "auto", "--root", root, "--lang", lang]
+    line = fails_in_one_line(capsys, argv)
+    assert says in line and repr(root) in line
+    assert snapshot(here) == before
 
 
 def quantized_weights():
@@ -1173,7 +1230,7 @@ def test_the_refusal_says_what_is_wrong_in_both_languages(capsys, here, good, ki
 def test_a_pickle_of_a_million_items_after_a_mark_is_read_quickly(capsys, here):
     pickled = b"\x80\x02(" + b"N" * 1_000_000 + b"t."  # MARK, a million Nones, TUPLE: under the 1 MiB limit
     start = time.monotonic()
-    checks._check_calls("p.pth", pickled)  # read in one pass (it took minutes, item by item)
+    boundary._check_calls("p.pth", pickled)  # read in one pass (it took minutes, item by item)
     assert time.monotonic() - start < 10
     rezipped("ck.pth", "marks.pth", "data.pkl", pickled)
     assert "holds a tuple" in fails_in_one_line(capsys, ["predict", "--checkpoint", "marks.pth", "x.png"])

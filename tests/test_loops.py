@@ -253,3 +253,49 @@ def test_train_on_gpu_with_pinned_batches():
     assert all(type(x) is float for x in history.train_loss + history.test_accuracy)
     assert history.train_loss[-1] < history.train_loss[0]
     assert next(model.parameters()).device.type == "cuda"
+
+
+def wrong_arguments():
+    """(call, the error it must raise, the start of its message): each notebook function given a wrong type or value."""
+    model = Tudui()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = [(torch.rand(2, 3, 32, 32), torch.tensor([0, 1]))]
+    loss = torch.nn.CrossEntropyLoss()
+
+    def fit(**kw):
+        return tudui.fit(**{"model": model, "train_loader": loader, "test_loader": loader, "loss_fn": loss,
+                            "optimizer": opt, "device": "cpu", "epochs": 1, "log": None, "progress": False, **kw})
+
+    return [
+        (lambda: fit(epochs=-1), ValueError, "epochs=-1 is out of range: it must be at least 0"),
+        (lambda: fit(epochs=2.5), TypeError, "epochs must be a whole number (int), not float"),
+        (lambda: fit(start_epoch=True), TypeError, "start_epoch must be a whole number (int), not bool"),
+        (lambda: fit(optimizer=None), TypeError, "optimizer must be Optimizer, not NoneType"),
+        (lambda: fit(train_loader=5), TypeError, "train_loader must be Iterable, not int"),
+        (lambda: fit(test_loader=None), TypeError, "test_loader must be Iterable, not NoneType"),
+        (lambda: fit(model="tudui"), TypeError, "model must be Module, not str"),
+        (lambda: fit(loss_fn="mse"), TypeError, "loss_fn must be Callable, not str"),
+        (lambda: tudui.train_one_epoch(model, loader, loss, None, "cpu"), TypeError, "optimizer must be Optimizer, not NoneType"),
+        (lambda: tudui.evaluate(model, 3, loss, "cpu"), TypeError, "loader must be Iterable, not int"),
+        (lambda: tudui.load_checkpoint("x.pth", None), TypeError, "model must be Module, not NoneType"),
+        (lambda: tudui.load_checkpoint("x.pth", model, optimizer="sgd"), TypeError,
+         "optimizer must be Optimizer, not str"),
+        (lambda: tudui.load_checkpoint(3, model), TypeError, "path must be str or bytes or PathLike, not int"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(wrong_arguments())))
+def test_a_wrong_argument_is_named_before_torch_meets_it(case):
+    call, error, says = wrong_arguments()[case]
+    with pytest.raises(error) as err:
+        call()
+    assert str(err.value) == says
+
+
+def test_a_wrong_argument_is_named_in_the_language_in_force(monkeypatch):
+    monkeypatch.setenv("TUDUI_LANG", "zh")
+    call, _, _ = wrong_arguments()[0]
+    with pytest.raises(ValueError, match="^epochs=-1 超出了范围：它应该不小于 0$"):
+        call()
+    with pytest.raises(TypeError, match=r"^epochs 应该是 整数（int），而不是 float$"):
+        wrong_arguments()[1][0]()

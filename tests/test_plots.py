@@ -107,3 +107,12 @@ def test_the_predictions_name_the_classes_in_chinese(drawn, monkeypatch):
 def test_the_cjk_font_is_the_first_of_the_list_that_matplotlib_finds(monkeypatch, fonts, chosen):
     monkeypatch.setattr(matplotlib.font_manager.fontManager, "ttflist", [SimpleNamespace(name=f) for f in fonts])
     assert plots.cjk_font() == chosen
+
+
+@pytest.mark.parametrize("n, error, says", [(0, ValueError, "n=0 is out of range: it must be from 1 to 5"),
+                                            (6, ValueError, "n=6 is out of range: it must be from 1 to 5"),
+                                            (2.0, TypeError, "n must be a whole number (int), not float")])
+def test_show_predictions_names_a_wrong_n(n, error, says):
+    with pytest.raises(error) as err:
+        tudui.show_predictions(tudui.Tudui(), tudui.cifar10(False, source="synthetic", limit=5), n=n)
+    assert str(err.value) == says

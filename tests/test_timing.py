@@ -45,10 +45,21 @@ def test_measure_synchronizes_around_every_timed_call(monkeypatch):
     assert events == ["work", sync, "work", sync, sync, "work", sync]
 
 
-@pytest.mark.parametrize("repeat, warmup", [(0, 1), (3, -1)])
-def test_measure_refuses_nothing_to_time(repeat, warmup):
-    with pytest.raises(ValueError, match="repeat >= 1 and warmup >= 0"):
+@pytest.mark.parametrize("repeat, warmup, says", [(0, 1, "repeat=0 is out of range: it must be at least 1"),
+                                                   (3, -1, "warmup=-1 is out of range: it must be at least 0")])
+def test_measure_refuses_nothing_to_time(repeat, warmup, says):
+    with pytest.raises(ValueError, match=f"^{says}$"):
         measure(lambda: None, repeat=repeat, warmup=warmup)
+
+
+@pytest.mark.parametrize("kwargs, error, says", [
+    ({"fn": None}, TypeError, "^fn must be Callable, not NoneType$"),
+    ({"repeat": 2.0}, TypeError, r"^repeat must be a whole number \(int\), not float$"),
+    ({"repeat": True}, TypeError, "^repeat must be a whole number"),
+])
+def test_measure_names_a_wrong_argument(kwargs, error, says):
+    with pytest.raises(error, match=says):
+        measure(**{"fn": lambda: None, **kwargs})
 
 
 def test_timing_median_and_best():

@@ -4,6 +4,7 @@ the real thing on a GPU with real CIFAR-10."""
 import numbers
 import os
 import socket
+import stat
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,7 +17,7 @@ from torchvision.transforms import ToTensor
 
 from .device import best_accelerator
 from .synthetic import CLASSES, SyntheticCIFAR10
-from .text import one_line, say
+from .text import checked, one_line, say
 
 SOURCES = ("auto", "cifar10", "synthetic")
 DOWNLOAD_TIMEOUT_S = 30  # a download with no data for this long stops (a dead proxy would stall it for good)
@@ -24,6 +25,7 @@ QUICK = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no":
 KAGGLE_WORKING = Path("/kaggle/working")    # a Kaggle notebook's output folder
 MODELSCOPE_WORKSPACE = Path("/mnt/workspace")  # the working folder of ModelScope's (PAI-DSW) notebooks
 AUTODL_DATA_DISK = "/root/autodl-tmp"  # every AutoDL instance's data disk (autodl.com/docs/env, read 2026-12)
+MAX_SEED = 2**63 - 1  # the most torch.manual_seed and numpy take alike
 
 
 class DataError(RuntimeError):
@@ -103,6 +105,18 @@ def _load_real(train: bool, root: str):
                     say("data.missing", split=_split(train), where=os.path.abspath(root), reason=reason, root=root))
 
 
+def _check_root(root):
+    """``root`` is a folder, or none yet (the download makes it); not a file, a device or a path through a file."""
+    try:
+        is_folder = stat.S_ISDIR(os.stat(root).st_mode)
+    except (NotADirectoryError, ValueError):  # through a file, a NUL byte
+        is_folder = False
+    except OSError:  # none yet; or unreadable, which the loader says
+        return
+    if not is_folder:
+        raise DataError(say("data.root_not_folder", root=os.fspath(root)))
+
+
 def cifar10(train=True, root="data", source=None, limit=None, seed=0, full=None):
     """CIFAR-10 with ``ToTensor()``, the course's preprocessing; ``limit``: only its first images. source: ``"auto"``
     (real CIFAR-10 from ``root``, downloaded if needed; without it a quick run takes the synthetic stand-in, said in one
@@ -111,9 +125,10 @@ def cifar10(train=True, root="data", source=None, limit=None, seed=0, full=None)
     source = default_source() if source is None else source
     if source not in SOURCES:
         raise DataError(say("data.bad_source", source=source, sources=", ".join(SOURCES)))
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 1):
-        raise DataError(say("data.bad_limit", limit=limit))
+    checked(int, 1, limit=limit) if limit is not None else None
+    checked(int, 0, MAX_SEED, seed=seed)
     if source != "synthetic":
+        _check_root(root)  # said in one line, before anything is printed: no download into a file
         try:
             ds = _load_real(train, root)
             ds.data, ds.targets = ds.data[:limit], ds.targets[:limit]
@@ -157,6 +172,7 @@ def loaders(train_set, test_set, batch_size=64, device="cpu", num_workers=None, 
     (seed, epoch): call ``train_loader.sampler.set_epoch(epoch)`` before each epoch, as :func:`tudui.fit` does,
     and a resumed run sees the batches of an uninterrupted one. ``distributed``: under torchrun each process
     reads its own share (the samplers ask torch.distributed)."""
+    checked(int, 0, MAX_SEED, seed=seed)
     workers = default_num_workers() if num_workers is None else num_workers
     one_process = {} if distributed else {"num_replicas": 1, "rank": 0}
     train_sampler = DistributedSampler(train_set, shuffle=shuffle, seed=seed, **one_process)
@@ -179,6 +195,7 @@ class ResidentLoader:
     def __init__(self, dataset, batch_size=64, device="cpu", shuffle=True, seed=0, drop_last=False):
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
             raise ValueError(say("resident.bad_batch_size", batch_size=batch_size))
+        checked(int, 0, MAX_SEED, seed=seed)
         self.device = torch.device(device)
         images = torch.from_numpy(np.ascontiguousarray(dataset.data)).permute(0, 3, 1, 2).contiguous()
         # Divide on the CPU, as ToTensor() does: CUDA turns x / 255 into x * (1/255), off by one ulp at times.

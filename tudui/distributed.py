@@ -4,6 +4,7 @@ device on this machine) and ``WORLD_SIZE``. :func:`setup` reads them, takes the 
 group: ``nccl`` for NVIDIA GPUs, ``gloo`` for CPUs. Without torchrun it joins nothing."""
 import datetime
 import os
+import socket
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from .text import one_line, say
 
 BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
 JOIN_TIMEOUT = datetime.timedelta(minutes=10)  # joining, and any one collective (a barrier while rank 0 downloads)
+TORCHRUN_SETS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # in every process it starts
 
 
 class LaunchError(RuntimeError):
@@ -50,8 +52,27 @@ def _env(name: str, default=None) -> int:
 
 
 def launched_by_torchrun() -> bool:
-    """True in a process started by torchrun with more than one process in all (nanoGPT's test, plus the size)."""
-    return "RANK" in os.environ and _env("WORLD_SIZE", "1") > 1
+    """True in a process started by torchrun with more than one process in all; a LaunchError for half a launch
+    (``WORLD_SIZE=2`` set by hand without the rest), which would otherwise train alone or wait for nobody."""
+    if _env("WORLD_SIZE", "1") <= 1:
+        return False
+    missing = [name for name in TORCHRUN_SETS if not os.environ.get(name)]
+    if missing:
+        raise LaunchError(say("launch.half", missing=", ".join(missing)))
+    return True
+
+
+def _rendezvous() -> dict:
+    """MASTER_ADDR and MASTER_PORT, refused at once when no process could ever meet there: a port that is not
+    a number from 1 to 65535, an address the system cannot resolve (init_process_group would wait the full timeout)."""
+    addr, port = os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
+    if not (port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536):
+        raise LaunchError(say("launch.bad_port", port=port[:40]))
+    try:
+        socket.getaddrinfo(addr, int(port))
+    except (OSError, UnicodeError, ValueError) as exc:  # unknown name, too long, a NUL byte
+        raise LaunchError(say("launch.bad_addr", addr=addr[:80], reason=one_line(exc, 80))) from None
+    return {"addr": addr, "port": port}
 
 
 def _device_for(want, local_rank: int) -> torch.device:
@@ -76,7 +97,7 @@ def setup(want="auto") -> Context:
     ``nccl`` (``gloo`` where torch has no NCCL, as on Windows), or ``gloo`` on CPUs."""
     if not launched_by_torchrun():
         return Context(device=pick_device(want))
-    rank, world, local = _env("RANK"), _env("WORLD_SIZE"), _env("LOCAL_RANK", os.environ["RANK"])
+    rank, world, local = _env("RANK"), _env("WORLD_SIZE"), _env("LOCAL_RANK")
     _env("LOCAL_WORLD_SIZE", "1")  # torchrun's; the DataLoader's workers are sized by it
     if not 0 <= rank < world:  # a process with no place in the group would wait for the others forever
         raise LaunchError(say("launch.rank_range", rank=rank, last=world - 1))
@@ -84,17 +105,15 @@ def setup(want="auto") -> Context:
     backend = BACKENDS[device.type] if dist.is_nccl_available() else "gloo"  # Windows builds have no NCCL
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    where = {"addr": os.environ.get("MASTER_ADDR"), "port": os.environ.get("MASTER_PORT")}
-    if all(where.values()):  # said before the wait: a process started by hand may wait for peers that never come
-        print(say("launch.waiting", rank=rank, world=world, seconds=JOIN_TIMEOUT.total_seconds(), **where),
-              file=sys.stderr, flush=True)
-    try:  # init_process_group checks the rest (MASTER_ADDR, MASTER_PORT, RANK < WORLD_SIZE ...)
+    where = _rendezvous()  # said before the wait: a process started by hand may wait for peers that never come
+    print(say("launch.waiting", rank=rank, world=world, seconds=JOIN_TIMEOUT.total_seconds(), **where),
+          file=sys.stderr, flush=True)
+    try:
         # device_id binds the group to this process's GPU (collectives and barriers use it).
         dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None,
                                 timeout=JOIN_TIMEOUT)
     except (ValueError, TypeError, RuntimeError) as exc:  # DistError and DistStoreError are RuntimeErrors
-        key = "launch.cannot_join" if all(where.values()) else "launch.cannot_start"
-        raise LaunchError(say(key, reason=one_line(exc),
+        raise LaunchError(say("launch.cannot_join", reason=one_line(exc),
                               world=world, seconds=JOIN_TIMEOUT.total_seconds(), **where)) from None
     return Context(rank, world, local, device, backend)
 

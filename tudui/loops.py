@@ -1,17 +1,23 @@
 """The training and test loops of the lessons, with the device as a parameter (the ``.to(device)`` way)."""
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 from tqdm.auto import tqdm
 
 from .distributed import sum_across_ranks
-from .text import say
+from .text import checked, say
 
 
 def run_epoch(model, loader, loss_fn, device, optimizer=None, progress=True):
     """One pass over ``loader``: trains when given an optimizer, else only measures.
     Returns the mean loss, the accuracy, images_per_s, seconds and the number of images."""
+    checked(nn.Module, model=model)
+    checked(Iterable, loader=loader)
+    checked(Callable, loss_fn=loss_fn)
+    model.train(optimizer is not None)  # model.eval() to measure: the same as model.train(False)
     total_loss = torch.zeros((), device=device)  # sums stay on the device: no .item() per batch,
     correct = torch.zeros((), device=device)     # so the CPU never waits for the GPU inside the loop
     images = 0
@@ -40,14 +46,13 @@ def run_epoch(model, loader, loss_fn, device, optimizer=None, progress=True):
 
 def train_one_epoch(model, loader, loss_fn, optimizer, device, progress=True):
     """One pass over ``loader`` with updates. Returns loss, accuracy, images_per_s, seconds, images."""
-    model.train()
+    checked(torch.optim.Optimizer, optimizer=optimizer)  # without one it would only measure, silently
     return run_epoch(model, loader, loss_fn, device, optimizer, progress)
 
 
 @torch.no_grad()
 def evaluate(model, loader, loss_fn, device, progress=True):
     """Loss and accuracy over ``loader`` without updates (same keys as :func:`train_one_epoch`)."""
-    model.eval()
     return run_epoch(model, loader, loss_fn, device, None, progress)
 
 
@@ -77,6 +82,9 @@ def fit(model, train_loader, test_loader, loss_fn, optimizer, device, epochs,
         start_epoch=0, on_epoch_end=None, progress=True, log=print, label=None):
     """Train for epochs ``start_epoch+1 .. epochs``; returns a :class:`History`. ``on_epoch_end(epoch, history)``
     runs after each epoch (e.g. to save a checkpoint); ``log`` gets one line per epoch, ``None`` for silence."""
+    checked(torch.optim.Optimizer, optimizer=optimizer)
+    checked(Iterable, train_loader=train_loader, test_loader=test_loader)
+    checked(int, 0, epochs=epochs, start_epoch=start_epoch)
     history = History(label=label if label is not None else str(torch.device(device)))
     for epoch in range(start_epoch + 1, epochs + 1):
         for shuffler in (train_loader, getattr(train_loader, "sampler", None)):

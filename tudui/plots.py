@@ -2,7 +2,7 @@
 here has Chinese: never empty boxes). A title or y label may be given per language: ``{"en": ..., "zh": ...}``."""
 import torch
 
-from .text import language, say
+from .text import checked, language, say
 
 CJK_FONTS = ("Noto Sans CJK SC", "Source Han Sans SC", "Microsoft YaHei", "SimHei", "PingFang SC", "Noto Sans SC",
              "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Noto Sans CJK JP", "Source Han Sans", "Heiti SC")
@@ -73,6 +73,8 @@ def show_predictions(model, dataset, device="cpu", n=8, classes=None):
     import matplotlib.pyplot as plt
     lang = plot_language()
     classes = classes or say("data.classes", lang).split(",")
+    checked(torch.nn.Module, model=model)
+    checked(int, 1, len(dataset), n=n)
     model.eval()
     images = torch.stack([dataset[i][0] for i in range(n)])
     with torch.no_grad():

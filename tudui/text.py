@@ -3,6 +3,7 @@ The texts live in data files, ``tudui/text/*.json``, each ``{"en": {key: templat
 only. English is the default; the Chinese lessons call ``tudui.set_language("zh")`` once, the CLI takes ``--lang``, and
 ``$TUDUI_LANG`` sets it for everything started from a shell."""
 import json
+import numbers
 import os
 from functools import cache
 from importlib import resources
@@ -56,3 +57,19 @@ def one_line(message, limit: int = 160) -> str:
     line = "".join(c if c.isprintable() else "?" for c in line)
     line = line or (type(message).__name__ if isinstance(message, BaseException) else "")
     return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+
+def checked(kind, low=None, high=None, **named):
+    """The arguments ``named`` (one or more) if each is a ``kind`` (a type or a tuple of types; ``int``: a whole
+    number, not a bool) from ``low`` to ``high``; else a TypeError or ValueError naming it, in the language in force.
+    A lesson's function checks here what torch would only trip over deep inside a loop. Returns the last value."""
+    kinds, whole = kind if isinstance(kind, tuple) else (kind,), kind is int
+    for name, value in named.items():
+        if isinstance(value, bool) and whole or not isinstance(value, numbers.Integral if whole else kinds):
+            wanted = say("args.whole") if whole else say("args.or").join(k.__name__ for k in kinds)
+            raise TypeError(say("args.type", name=name, wanted=wanted, kind=type(value).__name__))
+        if low is not None and value < low or high is not None and value > high:
+            bounds = say("args.at_least", low=low) if high is None else say("args.between", low=low, high=high)
+            raise ValueError(say("args.range", name=name, value=str(value)[:40], bounds=bounds))
+    return value

@@ -1,12 +1,13 @@
 """Timing work honestly on any device: warm up, synchronise, take turns, take the median (notebook 07)."""
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from .device import synchronize
-from .text import say
+from .text import checked, say
 
 
 @dataclass
@@ -23,8 +24,9 @@ class Timing:
 def measure(fn, device="cpu", repeat=5, warmup=1) -> Timing:
     """Time ``fn()`` on ``device``: ``warmup`` untimed calls, then ``repeat`` timed ones. GPU work is
     asynchronous (the call returns before the kernels run): each timed call is inside a :class:`Stopwatch`."""
-    if repeat < 1 or warmup < 0:
-        raise ValueError(say("timing.bad_repeat", repeat=repeat, warmup=warmup))
+    checked(Callable, fn=fn)
+    checked(int, 1, repeat=repeat)
+    checked(int, 0, warmup=warmup)
     return Timing(interleaved({"fn": fn}, device, rounds=repeat, warmup=warmup)["fn"])  # one run taking turns
 
 

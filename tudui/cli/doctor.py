@@ -80,8 +80,11 @@ def texts(lang: str) -> dict:
 
 
 def version_tuple(text) -> tuple | None:
-    """``"12.7"`` -> ``(12, 7)``; None for None or text without a version."""
+    """``"12.7"`` -> ``(12, 7)``; None for None or text without a version; a ValueError for a number no GPU, driver
+    or CUDA has (more than two digits on either side: 5,000 digits would not even become an int)."""
     m = re.match(r"\s*(\d+)\.(\d+)", text or "")
+    if m and max(len(m.group(1)), len(m.group(2))) > 2:
+        raise ValueError(one_line(m.group(0), 20))
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
@@ -112,12 +115,15 @@ def parse_cuda_version(header: str) -> tuple | None:
 
 
 def parse_nvidia_smi(query: str, header: str) -> NvidiaSmi | None:
-    """Both outputs together; None when the query lists no GPU."""
-    rows = parse_gpu_query(query)
+    """Both outputs together; None when the query lists no GPU; an SmiFailure for an impossible number in them."""
+    try:
+        rows, cuda = parse_gpu_query(query), parse_cuda_version(header)
+    except ValueError as exc:  # a driver that reports compute capability 5,000 digits long is not working
+        return SmiFailure(None, text.say("absurd", value=exc))
     if not rows:
         return None
     names, drivers, caps = zip(*rows)
-    return NvidiaSmi(names, drivers[0], parse_cuda_version(header), caps if None not in caps else ())
+    return NvidiaSmi(names, drivers[0], cuda, caps if None not in caps else ())
 
 
 def missing_kernels(build: TorchBuild, caps: tuple) -> bool:

@@ -5,7 +5,6 @@ import torch
 
 from .. import checkpoint, data, device
 from ..text import one_line, say
-from . import checks
 from .console import UsageError, quiet
 
 # Opened by content, whatever the name says, and nothing else: an EPS file named dog.jpg would start Ghostscript.
@@ -19,7 +18,7 @@ def open_image(path):
     PNG of 89 million pixels takes the memory of its pixels once, not ten times."""
     import numpy as np
     from PIL import Image, ImageOps, UnidentifiedImageError
-    checks.regular_file(path, "image", UsageError)
+    checkpoint.regular_file(path, "image", UsageError)
     try:
         with quiet():  # warnings ignored, also under PYTHONWARNINGS=error, except the bomb's
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -46,7 +45,6 @@ def open_image(path):
 def predict(args):
     from torchvision import transforms
     dev = device.pick_device(args.device)
-    checks.read_checked(args.checkpoint)
     with quiet():
         model = checkpoint.load_model(args.checkpoint, dev)
     to_input = transforms.Compose([transforms.Resize((32, 32)), transforms.ToTensor()])

@@ -86,7 +86,7 @@ def check_checkpoint_path(args):
     exists = os.path.isfile(check_target(args.checkpoint))  # the file the save would replace
     if args.resume and not exists:
         if os.path.lexists(args.checkpoint):  # a link loop, a pipe ...
-            checks.regular_file(args.checkpoint, "checkpoint")
+            checkpoint.regular_file(args.checkpoint, "checkpoint")
         raise UsageError(say("train.nothing_to_resume", path=args.checkpoint))
     if exists and not args.resume and not args.force:
         raise UsageError(say("train.exists", path=args.checkpoint))
@@ -94,7 +94,8 @@ def check_checkpoint_path(args):
 
 def _check_resumable(path, optimizer):
     """The parts of our format a resume uses: a whole epoch, plain extras, a CPU generator state."""
-    kind, ours = checks.read_checked(path)
+    with quiet():
+        _, kind, ours = checkpoint.read_weights(path)
     if kind != checkpoint.FORMAT:
         raise UsageError(say("train.no_optimizer_state", path=path,
                              kind=say("train.kind.course" if kind.startswith("course") else "train.kind.state_dict")))
