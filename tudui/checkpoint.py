@@ -202,7 +202,7 @@ def _too_big(callee, args):
     return any(abs(a) > MAX_CALL_INT for a in ints) or (is_class and args != ())
 
 
-def _oddity(value, dtypes=None):
+def tensor_oddity(value, dtypes=None):
     """What keeps ``value`` from being a plain tensor of values in memory (a meta tensor, a view of 2**40
     values, a float8 weight), or None. Checked before anything reads the values."""
     if type(value) not in (torch.Tensor, torch.nn.Parameter) or vars(value):
@@ -245,7 +245,7 @@ def read_weights(path, model=None):
     for key, value in weights.items():
         want = expected.get(key)
         dtypes = (want.dtype,) if want is not None and not want.is_floating_point() else WEIGHT_DTYPES
-        oddity = _oddity(value, dtypes) if type(key) is str else "?"
+        oddity = tensor_oddity(value, dtypes) if type(key) is str else "?"
         if oddity:
             raise CheckpointError(say("checks.not_plain", path=path, oddity=oddity,
                                       entry=str(key)[:40] if type(key) is str else "?"))

@@ -4,6 +4,7 @@ optimizer state that is what this run builds."""
 import contextlib
 import errno
 import gc
+import math
 import os
 import pathlib
 import stat
@@ -12,13 +13,13 @@ import torch
 from filelock import FileLock, Timeout
 
 from .. import checkpoint, data, distributed, loops
-from ..checkpoint import CheckpointError
+from ..checkpoint import CheckpointError, tensor_oddity
 from ..model import Tudui
-from . import checks
 from ..text import say
 from .console import UsageError, quiet, raise_if_interrupted
 
 RESUMED_SETTINGS = ("lr", "batch_size", "data", "limit", "seed", "loader")  # as the run that wrote the checkpoint
+PLAIN = (bool, int, float, str, type(None))
 
 
 def check_target(path) -> str:
@@ -104,7 +105,7 @@ def _check_resumable(path, optimizer):
         raise CheckpointError(say("train.bad_epoch", path=path, epoch=str(epoch)[:20]))
     if not isinstance(ours.get("extra"), dict):
         raise CheckpointError(say("train.bad_extra", path=path))
-    checks.check_optimizer(ours.get("optimizer"), optimizer, path)
+    check_optimizer(ours.get("optimizer"), optimizer, path)
     try:
         if type(rng) is not torch.Tensor or rng.dtype != torch.uint8:
             raise TypeError
@@ -130,7 +131,7 @@ def _resume(args, model, optimizer, dev, settings):
 
 
 def _shown(value) -> str:
-    return str(value)[:40] if type(value) in checks.PLAIN else say("train.shown_object", kind=type(value).__name__)
+    return str(value)[:40] if type(value) in PLAIN else say("train.shown_object", kind=type(value).__name__)
 
 
 def workers_note(recorded, workers):
@@ -196,3 +197,36 @@ def train(args):
     finally:
         gc.collect()  # the DDP model (and the save closure holding it) must go before its process group
         distributed.teardown()
+
+
+def check_optimizer(saved, optimizer, path):
+    """Before a resume, what torch's Optimizer.load_state_dict does not check: the groups are exactly those this run builds
+    (the learning rate aside: it is compared with the run's settings), state tensors fit their parameters."""
+    bad = CheckpointError(say("checks.optimizer", path=path, optimizer=type(optimizer).__name__))
+    if type(saved) is not dict or type(saved.get("param_groups")) is not list or type(saved.get("state")) is not dict:
+        raise bad
+    ours = optimizer.state_dict()["param_groups"]
+    if len(saved["param_groups"]) != len(ours) or not all(map(_same_group, saved["param_groups"], ours)):
+        raise bad
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for i, entry in saved["state"].items():
+        if not (type(i) is int and 0 <= i < len(params) and type(entry) is dict):
+            raise bad
+        for name, value in entry.items():
+            if type(name) is not str or not (value is None or not tensor_oddity(value, (params[i].dtype,))
+                                             and value.shape == params[i].shape and bool(torch.isfinite(value).all())):
+                raise bad
+
+
+def _same_group(saved, ours):
+    if type(saved) is not dict or not all(type(k) is str for k in saved) or saved.keys() != ours.keys():
+        return False
+    lr = saved["lr"]
+    return type(lr) is float and math.isfinite(lr) and lr > 0 and all(
+        _same_value(saved[k], ours[k]) for k in ours if k != "lr")
+
+
+def _same_value(value, ours):
+    if type(value) is list and type(ours) is list:  # the parameters' indices
+        return len(value) == len(ours) and all(type(v) is int and v == o for v, o in zip(value, ours))
+    return type(value) is type(ours) and type(value) in PLAIN and value == ours
