@@ -42,6 +42,7 @@ PATHS = {"os.remove": ("remove", ((0, 1, False),)), "os.rmdir": ("remove", ((0, 
          "os.removexattr": ("change", ((0, None, True),))}
 PROGRAMS = {"os.system": 0, "subprocess.Popen": 1, "os.exec": 0, "os.posix_spawn": 0, "os.spawn": 1, "os.fork": None,
             "os.forkpty": None, "os.startfile": 0}
+IMPORTING = "<frozen importlib._bootstrap>"
 DEVICES = {os.devnull, "/dev/stdout", "/dev/stderr", "/dev/tty"}
 LETHAL = {getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGABRT", "SIGUSR1", "SIGUSR2")
           if hasattr(signal, name)}
@@ -61,7 +62,8 @@ class Child:
         self.files = {file: (cell, text.splitlines()) for file, cell, text in self.units}
         self.roots = [os.path.normcase(os.path.realpath(r)) for r in config["roots"]]
         self.fd = os.open(config["progress"], os.O_WRONLY | os.O_APPEND)
-        self.gpu, self.modules, self.exits, self.saving, self.done, self.sent, self.now = None, set(), [], False, False, None, {}
+        self.gpu, self.modules, self.exits, self.saving, self.done = None, set(), [], False, False
+        self.sent, self.now, self.lock = None, {}, threading.Lock()
 
     def send(self, final=False):
         """The result so far, as one line of the progress file (the last one whole after a kill)."""
@@ -69,7 +71,7 @@ class Child:
         if not final and state == self.sent:
             return
         self.sent = state
-        with contextlib.suppress(OSError):
+        with self.lock, contextlib.suppress(OSError):
             os.write(self.fd, (json.dumps({"result" if final else "progress": state}) + "\n").encode())
 
     def here(self, frames=None) -> tuple:
@@ -138,9 +140,15 @@ class Child:
             self.ended("rehearse.killed", number, self.here())
 
     def stop(self, key, **fields):
-        cell, line, _ = self.here()
+        """What the hook refuses: noted, unless a library does it while it is imported (a cache, a probe)."""
+        frames = callers()
+        cell, line, _ = self.here(frames)
         message = say(key, place=place(cell, line), **fields)
-        self.result.notes.append(message)
+        doer = [os.path.normcase(os.path.realpath(f)) for f, _ in frames if f != __file__ and f[:1] != "<"][-1:]
+        inside = bool(doer) and doer[0].startswith(self.roots[0] + os.sep)  # the learner's code, or a library's
+        library = not inside and any(f == IMPORTING for f, _ in frames)
+        if message not in self.result.notes and not library:
+            self.result.notes.append(message)
         self.send()
         raise Confined(message)
 
@@ -163,12 +171,11 @@ class Child:
 
     def run(self):
         """The script (or the cells) as ``__main__``, then its threads and atexit callbacks, as Python runs them."""
-        main = types.ModuleType("__main__")
-        main.__file__ = self.config["file"]
-        sys.modules["__main__"] = main
+        main = sys.modules["__main__"] = types.ModuleType("__main__")
         if self.config["notebook"]:
-            del main.__file__
             main.display = print  # what a notebook shows, printed
+        else:
+            main.__file__ = self.config["file"]
         try:
             for file, _, text in self.units:
                 exec(compile(text, file, "exec", dont_inherit=True), main.__dict__)
@@ -350,8 +357,8 @@ def _failure(child: Child, exc: BaseException) -> None:
     message = _text(exc)
     message = message.splitlines()[0].split(" (pretend CUDA")[0] if message.strip() else type(exc).__name__
     result.error = f"{type(exc).__name__}: {message}"
-    if isinstance(exc, Confined):  # said once, as the error
-        result.notes[:] = [note for note in result.notes if note != message]
+    if isinstance(exc, Confined):
+        result.notes[:] = [note for note in result.notes if note != message]  # said once, as the error
         result.error = say("rehearse.confined", what=message)
     if not mine:
         return

@@ -201,7 +201,7 @@ def _child(scratch: Path, config: dict, max_seconds: float) -> Rehearsal:
     Path(config["progress"]).touch()
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "PYTHONIOENCODING": "utf-8",
            "TMPDIR": str(scratch / "tmp"), "TEMP": str(scratch / "tmp"), "TMP": str(scratch / "tmp"),
-           "TORCHINDUCTOR_CACHE_DIR": str(scratch / "tmp" / "inductor")}
+           "TORCHINDUCTOR_CACHE_DIR": str(scratch / "tmp" / "inductor"), "MPLCONFIGDIR": str(scratch / "tmp" / "mpl")}
     env.pop("PYTHONSTARTUP", None)
     root = str(Path(__file__).resolve().parents[2])
     proc = subprocess.Popen([sys.executable, "-c", BOOT.format(root=root), str(scratch / "config.json")],
@@ -261,7 +261,7 @@ def _kill(proc):
 
 
 def _outcome(name, progress: Path, code, timed_out, max_seconds) -> Rehearsal:
-    messages = [json.loads(line) for line in progress.read_text(encoding="utf-8").splitlines() if line.strip()]
+    messages = [_json(line) or {} for line in progress.read_text(encoding="utf-8", errors="replace").splitlines()]
     final = [m["result"] for m in messages if "result" in m]
     if final and not timed_out:
         return Rehearsal(**final[0])
