@@ -13,6 +13,7 @@ _NAMES = {
             "resident_loaders",
     "device": "DeviceError best_accelerator describe_devices pick_device synchronize",
     "distributed": "LaunchError",
+    "exercise": "exercises",  # the lessons' checked exercises: loaded only when called
     "loops": "History evaluate fit train_one_epoch",
     "model": "Tudui count_parameters",
     "plots": "plot_bars plot_history show_predictions",

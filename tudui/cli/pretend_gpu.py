@@ -146,8 +146,8 @@ class _Redirect(TorchFunctionMode):
             return values if values is tensor else on_cuda(values) if isinstance(tensor, OnCuda) else values
         if target.type == "cuda":
             return tensor if values is tensor.__dict__.get("elem") else on_cuda(values)
-        if target.type == "cpu":
-            return values.clone() if isinstance(tensor, OnCuda) else values
+        if target.type == "cpu":  # a copy that still requires grad where the GPU tensor did, as CUDA's does
+            return values.clone().requires_grad_(tensor.requires_grad) if isinstance(tensor, OnCuda) else values
         return func(tensor, *rest, **kwargs)
 
 
