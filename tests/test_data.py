@@ -115,6 +115,14 @@ def test_describe_data_in_chinese(monkeypatch):
     assert describe_data(cifar10(False, source="synthetic", limit=5)) == "代替 CIFAR-10 的合成数据，测试集，5 张图片"
 
 
+def test_describe_data_in_a_language_other_than_the_one_in_force(monkeypatch):
+    """A lesson titles a plot in both languages: ``{lang: describe_data(train_set, lang) for lang in ("en", "zh")}``."""
+    monkeypatch.setenv("TUDUI_LANG", "zh")
+    ds = cifar10(True, source="synthetic", limit=3000)
+    assert describe_data(ds, "en") == "synthetic stand-in for CIFAR-10, train set, 3,000 images"
+    assert describe_data(ds, "zh") == describe_data(ds) == "代替 CIFAR-10 的合成数据，训练集，3,000 张图片"
+
+
 @pytest.mark.parametrize("limit, error", [(0, ValueError), (-3, ValueError), (2.5, TypeError), ("10", TypeError),
                                           (True, TypeError)])
 def test_limit_must_be_a_positive_whole_number(limit, error):

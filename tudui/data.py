@@ -75,8 +75,8 @@ def quick_mode(root="data") -> bool:
                 and (cifar10_on_disk(root) or host() is not None))
 
 
-def _split(train: bool) -> str:
-    return say("split.train" if train else "split.test")
+def _split(train: bool, lang=None) -> str:
+    return say("split.train" if train else "split.test", lang)
 
 
 def _load_real(train: bool, root: str):
@@ -147,10 +147,10 @@ def is_synthetic(dataset) -> bool:
     return getattr(dataset, "is_synthetic", False)
 
 
-def describe_data(dataset) -> str:
-    """One line naming the data: real CIFAR-10 or the synthetic stand-in."""
-    kind = say("data.synthetic" if is_synthetic(dataset) else "data.cifar10")
-    return say("data.describe", kind=kind, split=_split(getattr(dataset, "train", True)), n=len(dataset))
+def describe_data(dataset, lang=None) -> str:
+    """One line naming the data: real CIFAR-10 or the synthetic stand-in; in ``lang`` (default: the language in force)."""
+    kind = say("data.synthetic" if is_synthetic(dataset) else "data.cifar10", lang)
+    return say("data.describe", lang, kind=kind, split=_split(getattr(dataset, "train", True), lang), n=len(dataset))
 
 
 def default_num_workers() -> int:
