@@ -148,7 +148,7 @@ def is_synthetic(dataset) -> bool:
 
 
 def describe_data(dataset, lang=None) -> str:
-    """One line naming the data: real CIFAR-10 or the synthetic stand-in; in ``lang`` (default: the language in force)."""
+    """One line naming the data: real CIFAR-10 or the synthetic stand-in, in ``lang`` (default: the one in force)."""
     kind = say("data.synthetic" if is_synthetic(dataset) else "data.cifar10", lang)
     return say("data.describe", lang, kind=kind, split=_split(getattr(dataset, "train", True), lang), n=len(dataset))
 
