@@ -1,38 +1,26 @@
 """A synthetic stand-in for CIFAR-10: the lessons and tests run anywhere, offline, in seconds."""
 import numpy as np
-import torchvision
-from PIL import Image
+from torchvision.datasets import CIFAR10, VisionDataset
 
 from .text import say
 
 CLASSES = say("data.classes", "en").split(",")  # airplane, automobile, ... truck; in Chinese: say("data.classes", "zh")
 
 
-class SyntheticCIFAR10(torchvision.datasets.VisionDataset):
+class SyntheticCIFAR10(CIFAR10):
     """A deterministic, learnable stand-in with CIFAR10's interface. Each class has a smooth colour pattern; an
-    image is its class pattern, shifted, dimmed and noised. ``.data`` is uint8 NHWC, ``.targets`` a list, and
-    items go through PIL and the transform exactly like CIFAR10's."""
+    image is its class pattern, shifted, dimmed and noised. ``.data`` is uint8 NHWC, ``.targets`` a list; items
+    are CIFAR10's own ``__getitem__`` (through PIL and the transform), only its files are not read."""
 
     is_synthetic = True
     classes = CLASSES
 
     def __init__(self, train=True, transform=None, target_transform=None, size=None, seed=0):
-        super().__init__(root="synthetic", transform=transform, target_transform=target_transform)
+        VisionDataset.__init__(self, root="synthetic", transform=transform, target_transform=target_transform)
         self.train = train
         full = 50_000 if train else 10_000  # CIFAR-10's sizes: never more
         n = full if size is None else min(size, full)
         self.data, self.targets = _synthetic_images(n, seed, split=0 if train else 1)
-
-    def __len__(self):
-        return len(self.data)
-
-    def __getitem__(self, index):
-        img, target = Image.fromarray(self.data[index]), self.targets[index]
-        if self.transform is not None:
-            img = self.transform(img)
-        if self.target_transform is not None:
-            target = self.target_transform(target)
-        return img, target
 
     def extra_repr(self):
         return f"Split: {'Train' if self.train else 'Test'} ({say('data.synthetic')})"
