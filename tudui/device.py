@@ -23,19 +23,6 @@ def best_accelerator() -> torch.device | None:
     return torch.device(dev.type) if dev.type == "mps" else torch.device(dev.type, 0)
 
 
-def _parse(want) -> tuple[str, int | None]:
-    """(kind, index) from a name like "cuda:1", checked before torch sees it (no overflow, no wrap-around)."""
-    if isinstance(want, torch.device):
-        want = str(want)  # checked like its name, so torch.device("cpu", 1) is refused too
-    if not isinstance(want, str):
-        raise DeviceError(say("device.bad_type", kind=type(want).__name__, choices=CHOICES))
-    m = re.fullmatch(r"\s*(cpu|cuda|mps|xpu)(?::(\d{1,4}))?\s*", want.lower())
-    index = int(m.group(2)) if m and m.group(2) is not None else None
-    if not m or (index is not None and (index > MAX_INDEX or m.group(1) in ("cpu", "mps") and index != 0)):
-        raise DeviceError(say("device.unknown", want=want[:40], choices=CHOICES))
-    return m.group(1), index
-
-
 def _visible_note() -> str:
     """CUDA_VISIBLE_DEVICES, when it matters: set to GPUs, or set empty while torch could use CUDA."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -43,24 +30,17 @@ def _visible_note() -> str:
     return "" if unset else f" (CUDA_VISIBLE_DEVICES={visible!r})"
 
 
-def _cuda_problem(index: int | None) -> str | None:
-    """Why cuda (or cuda:index) cannot be used here, or None if it can."""
-    if torch.version.cuda is None:
+def _problem(kind: str, index: int | None = None) -> str | None:
+    """Why ``kind`` (or ``kind:index``) cannot be used here, or None if it can."""
+    if kind == "cuda" and torch.version.cuda is None:
         return say("device.no_cuda_build", version=torch.__version__)
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if not torch.cuda.is_available():
+    if kind == "cuda" and not torch.cuda.is_available():
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         hidden = visible is not None and visible.strip() in ("", "-1")
         return say("device.none_visible" if hidden else "device.no_gpu", note=_visible_note())
-    count = torch.cuda.device_count()
-    if index is not None and index >= count:
+    if kind == "cuda" and index is not None and index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
         return say("device.no_such_cuda", index=index, count=count, last=count - 1, note=_visible_note())
-    return None
-
-
-def _problem(kind: str, index: int | None) -> str | None:
-    """Why ``kind`` (or ``kind:index``) cannot be used here, or None if it can."""
-    if kind == "cuda":
-        return _cuda_problem(index)
     if kind == "mps" and not torch.backends.mps.is_available():
         built = torch.backends.mps.is_built()
         return say("device.mps_unsupported") if built else say("device.no_mps_build", system=platform.system())
@@ -76,7 +56,14 @@ def pick_device(want="auto") -> torch.device:
     (``"cuda:1"``, a ``torch.device`` ...) only if it is really there, else a DeviceError says why."""
     if isinstance(want, str) and want.strip().lower() == "auto":
         return best_accelerator() or torch.device("cpu")
-    kind, index = _parse(want)
+    if not isinstance(want, (str, torch.device)):
+        raise DeviceError(say("device.bad_type", kind=type(want).__name__, choices=CHOICES))
+    want = str(want)  # checked before torch sees it (no overflow, no wrap-around; torch.device("cpu", 1) refused)
+    m = re.fullmatch(r"\s*(cpu|cuda|mps|xpu)(?::(\d{1,4}))?\s*", want.lower())
+    kind, digits = m.groups() if m else (None, None)
+    index = int(digits) if digits else None
+    if not m or (index is not None and (index > MAX_INDEX or kind in ("cpu", "mps") and index != 0)):
+        raise DeviceError(say("device.unknown", want=want[:40], choices=CHOICES))
     problem = _problem(kind, index)
     if problem:
         raise DeviceError(say("device.cannot_use", device=torch.device(kind, index), problem=problem))
@@ -105,7 +92,7 @@ def describe_devices() -> str:
             p = torch.cuda.get_device_properties(i)
             lines.append(say("device.cuda", index=i, p=p, gib=p.total_memory / 2**30))
     else:
-        lines.append(say("device.cuda_missing", problem=_cuda_problem(None)))
+        lines.append(say("device.cuda_missing", problem=_problem("cuda")))
     lines.append(say("device.mps_available" if torch.backends.mps.is_available() else "device.mps_missing"))
     if torch.xpu.is_available():
         lines.append(say("device.xpu", count=torch.xpu.device_count()))
