@@ -201,6 +201,13 @@ ACCELERATOR = {"current_stream": lambda *a, **k: NO_CAPTURE, "is_available": lam
                "set_device_index": lambda index: None, "device_count": lambda: 1, "synchronize": lambda *a, **k: None}
 
 
+def _scatter(self, inputs, kwargs, device_ids):
+    """DataParallel's scatter onto the one pretend GPU: each tensor copied to it, as a real scatter does."""
+    def to_gpu(value):
+        return value.cuda() if isinstance(value, torch.Tensor) else value
+    return (tree_map(to_gpu, tuple(inputs)),), (tree_map(to_gpu, kwargs or {}),)
+
+
 @contextlib.contextmanager
 def pretend_gpu():
     """One pretend CUDA GPU inside (the module's docstring says what it does); ``as gpu``: its :class:`GPU`."""
@@ -216,6 +223,7 @@ def pretend_gpu():
         stack.enter_context(mock.patch.object(torch.Tensor, "pin_memory", lambda self, device=None: self))
         stack.enter_context(mock.patch.object(torch, "save", _save(torch.save)))
         stack.enter_context(mock.patch.object(torch, "load", _load(torch.load)))
+        stack.enter_context(mock.patch.object(torch.nn.DataParallel, "scatter", _scatter))
         # module.to(cuda) keeps its Parameter objects, as on a GPU (an optimizer made before still holds them)
         swap = torch.__future__.get_swap_module_params_on_conversion()
         torch.__future__.set_swap_module_params_on_conversion(True)
