@@ -4,10 +4,10 @@ learner's own line where the script would fail on a real GPU, and the fix in the
 only checks the input, makes the scratch folder, starts the child, relays its output, ends it at --max-seconds and
 reports."""
 import codecs
+import contextlib
 import io
 import json
 import os
-import queue
 import shutil
 import signal
 import subprocess
@@ -47,11 +47,6 @@ class Rehearsal:
     saved: list = field(default_factory=list)   # what the script wrote, in the scratch folder
     seconds: float = 0.0
     cell: int | None = None                      # in a notebook: counted from 1 at the top, text cells too
-
-    def note(self, key, place=None, **fields):
-        text = say(key, **fields) + (say("rehearse.at", place=place) if place else "")
-        if text not in self.notes:
-            self.notes.append(text)
 
 
 def _source(script) -> tuple:
@@ -162,116 +157,98 @@ def rehearse(script, *args, batches: int = 2, max_seconds: float = 120, lang: st
              quiet: bool = False) -> Rehearsal:
     """Run ``script`` (a .py file or a notebook, with ``args`` in sys.argv) on a pretend GPU in a child process and
     print the report in ``lang`` (default: the language in force); returns a :class:`Rehearsal` to inspect."""
-    chosen = list(language._chosen)
+    chosen, start = list(language._chosen), time.perf_counter()
     language.set_language(lang or language.language())
     try:
-        return _rehearse(script, args, batches, max_seconds, quiet)
+        path, units, skipped = _source(script)
+        if not quiet:
+            print(say("rehearse.start", script=path.name, batches=batches, seconds=max_seconds))
+        scratch = Path(tempfile.mkdtemp(prefix="tudui-rehearse-"))
+        try:
+            before = _copy(path, scratch / "work")
+            config = {"name": path.name, "units": units, "args": list(map(str, args)), "batches": batches,
+                      "lang": language.language(), "notebook": path.suffix.lower() == ".ipynb",
+                      "notes": [say("rehearse.note.magics", n=skipped)] if skipped else []}
+            result = _child(scratch, config, max_seconds)
+            result.saved = sorted(name for name, seen in _files(scratch / "work").items() if before.get(name) != seen)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        result.seconds = time.perf_counter() - start
+        if not quiet:
+            print(report(result))
+        return result
     finally:
         language._chosen[:] = chosen
 
 
-def _rehearse(script, args, batches, max_seconds, quiet) -> Rehearsal:
-    path, units, skipped = _source(script)
-    scratch, start = Path(tempfile.mkdtemp(prefix="tudui-rehearse-")), time.perf_counter()
-    if not quiet:
-        print(say("rehearse.start", script=path.name, batches=batches, seconds=max_seconds))
-    try:
-        before = _copy(path, scratch / "work")
-        (scratch / "tmp").mkdir()
-        config = {"name": path.name, "units": units, "args": list(map(str, args)), "batches": batches,
-                  "lang": language.language(), "roots": [str(scratch / "work"), str(scratch / "tmp")],
-                  "progress": str(scratch / "progress.jsonl"), "file": str(scratch / "work" / path.name),
-                  "notebook": path.suffix.lower() == ".ipynb",
-                  "notes": [say("rehearse.note.magics", n=skipped)] if skipped else []}
-        if not config["notebook"]:
-            config["units"] = [(config["file"], None, units[0][2])]
-        result = _child(scratch, config, max_seconds)
-        result.saved = sorted(name for name, seen in _files(scratch / "work").items() if before.get(name) != seen)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    result.seconds = time.perf_counter() - start
-    if not quiet:
-        print(report(result))
-    return result
-
-
 def _child(scratch: Path, config: dict, max_seconds: float) -> Rehearsal:
-    """The child process, started, relayed and ended; what it found (its last line of progress if it was killed)."""
+    """The child process (its temp folder scratch/tmp, its progress file scratch/progress.jsonl), started, relayed
+    and ended; what it found (its last line of progress if it did not finish)."""
+    tmp, progress = scratch / "tmp", scratch / "progress.jsonl"
+    tmp.mkdir()
+    progress.touch()
     (scratch / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    Path(config["progress"]).touch()
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1", "PYTHONIOENCODING": "utf-8",
-           "TMPDIR": str(scratch / "tmp"), "TEMP": str(scratch / "tmp"), "TMP": str(scratch / "tmp"),
-           "TORCHINDUCTOR_CACHE_DIR": str(scratch / "tmp" / "inductor"), "MPLCONFIGDIR": str(scratch / "tmp" / "mpl")}
-    env.pop("PYTHONSTARTUP", None)
-    root = str(Path(__file__).resolve().parents[2])
-    proc = subprocess.Popen([sys.executable, "-c", BOOT.format(root=root), str(scratch / "config.json")],
-                            cwd=scratch / "work", env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=os.name == "posix",
+           "TMPDIR": str(tmp), "TEMP": str(tmp), "TMP": str(tmp), "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
+           "MPLCONFIGDIR": str(tmp / "mpl")}
+    boot = BOOT.format(root=str(Path(__file__).resolve().parents[2]))
+    proc = subprocess.Popen([sys.executable, "-c", boot, str(scratch / "config.json")], cwd=scratch / "work", env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=sys.platform != "win32",
                             creationflags=getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0))
+    pumps = [threading.Thread(target=_pump, args=pair, daemon=True) for pair in ((proc.stdout, sys.stdout),
+                                                                                (proc.stderr, sys.stderr))]
+    for pump in pumps:
+        pump.start()
     try:
-        timed_out = _relay(proc, Path(config["progress"]), max_seconds)
+        timed_out = _wait(proc, progress, max_seconds)
     finally:
         _kill(proc)
-    return _outcome(config["name"], Path(config["progress"]), proc.returncode, timed_out, max_seconds)
+    for pump in pumps:  # the rest of the child's output (its pipes close with it)
+        pump.join(timeout=5)
+    return _outcome(config["name"], progress, proc.returncode, timed_out, max_seconds)
 
 
-def _relay(proc, progress: Path, max_seconds: float) -> bool:
-    """The child's output, printed here (so a notebook cell shows it) until it ends; True if --max-seconds ended it.
-    --max-seconds counts from the script's first line (the child's first line of progress)."""
-    lines, deadline, started = queue.Queue(), time.monotonic() + START + max_seconds, False
-    for stream, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
-        threading.Thread(target=_pump, args=(stream, name, lines), daemon=True).start()
-    open_streams = 2
-    while open_streams or proc.poll() is None:
+def _wait(proc, progress: Path, max_seconds: float) -> bool:
+    """Until the child ends; True if --max-seconds ended it. --max-seconds counts from the script's first line (the
+    child's first line of progress)."""
+    deadline, started = time.monotonic() + START + max_seconds, False
+    while proc.poll() is None:
         if not started and progress.stat().st_size:
             started, deadline = True, time.monotonic() + max_seconds
         if time.monotonic() > deadline:
-            _kill(proc)
             return True
-        try:
-            name, text = lines.get(timeout=0.1)
-        except queue.Empty:
-            continue
-        if text is None:
-            open_streams -= 1
-        else:
-            getattr(sys, name).write(text)
-            getattr(sys, name).flush()
+        time.sleep(0.1)
     return False
 
 
-def _pump(stream, name, lines):
+def _pump(stream, to):
+    """The child's output, printed here (so a notebook cell shows it) as it comes."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     with stream:
         for chunk in iter(lambda: os.read(stream.fileno(), 65536), b""):
-            lines.put((name, decoder.decode(chunk)))
-    lines.put((name, None))
+            to.write(decoder.decode(chunk))
+            to.flush()
 
 
 def _kill(proc):
-    """The child and whatever it started (its process group), ended."""
-    if os.name == "posix":
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:  # already gone
-            pass
-    else:
+    """The child and whatever it started, ended."""
+    if sys.platform == "win32":  # no process groups: the child, started with CREATE_NEW_PROCESS_GROUP
         proc.kill()
+    else:
+        with contextlib.suppress(OSError):  # already gone
+            os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 
 
 def _outcome(name, progress: Path, code, timed_out, max_seconds) -> Rehearsal:
-    messages = [_json(line) or {} for line in progress.read_text(encoding="utf-8", errors="replace").splitlines()]
-    final = [m["result"] for m in messages if "result" in m]
-    if final and not timed_out:
-        return Rehearsal(**final[0])
-    last = next((m["progress"] for m in reversed(messages) if "progress" in m), {})
-    result = Rehearsal(**{**last, "script": name, "passed": False, "error": None})
-    if timed_out:
-        result.error = say("rehearse.timeout", seconds=max_seconds, loops=result.loops, batches=result.batches)
-    else:
+    """The child's last line of progress: its result if it finished (passed, or an error), else how far it got."""
+    lines = progress.read_text(encoding="utf-8", errors="replace").splitlines()
+    result = Rehearsal(**{"script": name, **next((s for s in map(_json, reversed(lines)) if isinstance(s, dict)), {})})
+    if timed_out or not (result.passed or result.error):
         how = signal.Signals(-code).name if code < 0 and -code in signal.Signals._value2member_map_ else code
-        result.error = say("rehearse.died", how=how, loops=result.loops, batches=result.batches)
+        result.passed, result.error = False, say("rehearse.timeout" if timed_out else "rehearse.died", how=how,
+                                                 seconds=max_seconds, loops=result.loops, batches=result.batches)
     return result
 
 
