@@ -1,8 +1,7 @@
-"""Checkpoints that move between devices safely (notebook 04): state_dicts written atomically (an interruption leaves
-the old file or the new one), loaded with ``weights_only=True`` and ``map_location`` (a GPU's file loads on a CPU, no
-file runs code); the course's whole-model files read with an allow-list of the classes Tudui is built from. One
-boundary for every reader, the notebooks' and the tool's: a regular file in torch's zip format, asking no more memory
-than a Tudui checkpoint needs, its pickle read (never run) before torch unpickles it, plain finite tensors."""
+"""Checkpoints that move between devices safely (notebook 04): written atomically (an interruption leaves the old
+file or the new one), loaded with ``weights_only=True`` and ``map_location`` (a GPU's file loads on a CPU, and no file
+runs code). One boundary for every reader, the notebooks' and the tool's: a regular file in torch's zip format, asking
+no more memory than a Tudui checkpoint needs, its pickle read (never run) first, the course's classes only."""
 import copy
 import dataclasses
 import hashlib
@@ -41,8 +40,7 @@ def _plain(value, name):
     """``value`` as what the loader accepts: plain Python types and tensors (numpy scalars, dataclasses converted)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
-    if isinstance(value, np.generic):
-        value = value.item()
+    value = value.item() if isinstance(value, np.generic) else value
     if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
         return value
     if isinstance(value, (list, tuple)):
@@ -100,8 +98,7 @@ def _write_atomically(state, path):
 
 
 def regular_file(path, what, error=CheckpointError):
-    """``path`` names a regular file (a pipe, a device or a link loop would block or mislead the reader);
-    ``what``: "checkpoint" or "image"."""
+    """``path`` (a "checkpoint" or an "image": ``what``) is a regular file, not a pipe, a device or a link loop."""
     try:
         mode = os.stat(path).st_mode
     except (OSError, ValueError) as exc:
@@ -112,8 +109,7 @@ def regular_file(path, what, error=CheckpointError):
 
 
 def _budget():
-    """Bytes one storage, and all of them, may declare: the model's tensors at 8 bytes a value, twice over
-    (weights and optimizer state), and the random state."""
+    """Bytes one storage, and all of them, may declare: Tudui's tensors at 8 bytes a value, weights and optimizer."""
     sizes = [t.numel() * 8 for t in Tudui().state_dict().values()]
     return max(sizes), 2 * sum(sizes) + (64 << 10)
 
@@ -237,9 +233,8 @@ def read_checkpoint(path, device="cpu"):
 
 
 def read_weights(path, model=None):
-    """(state_dict, format name, the rest of our format) of the file at ``path``, read onto the CPU, each weight a
-    plain finite tensor of the dtype of ``model``'s entry (floating point for a floating or unknown entry; default
-    model: a Tudui). Checked before anything reads the values: a float8 or integer weight is not cast silently."""
+    """(state_dict, format name, the rest of our format) of ``path`` on the CPU, each weight a plain finite tensor:
+    an integer entry of ``model`` (default: a Tudui) of its dtype, the rest floating point (float8 is not cast)."""
     weights, kind, ours = parts(read_checkpoint(path), path)
     expected = unwrap(model if model is not None else Tudui()).state_dict()
     for key, value in weights.items():
@@ -254,39 +249,34 @@ def read_weights(path, model=None):
     return weights, kind, ours
 
 
-def _course_state_dict(module, path):
-    """The state_dict of an unpickled course model, read from its attributes without calling any of its methods."""
+def parts(obj, path):
+    """(model state_dict, format name, the rest of our format) from what a file holds; a course model's weights are
+    read from its attributes, none of its methods called."""
     def children(obj, kind):
         if type(obj) is not kind or not isinstance(vars(obj).get("_modules"), dict):
             raise CheckpointError(say("checkpoint.not_course_model", path=path))
         return vars(obj)["_modules"]
 
-    state = {}
-    for i, layer in children(children(module, Tudui).get("model"), nn.Sequential).items():
-        if type(layer) not in COURSE_CLASSES or not isinstance(vars(layer).get("_parameters"), dict):
-            raise CheckpointError(say("checkpoint.not_course_layer", path=path, layer=str(i)[:20]))
-        state.update({f"model.{i}.{k}": v for k, v in vars(layer)["_parameters"].items()})
-    return state
-
-
-def parts(obj, path):
-    """(model state_dict, format name, the rest of our format) from what a file holds."""
     if isinstance(obj, dict) and obj.get("format") == FORMAT:
         if not isinstance(obj.get("model"), dict):
             raise CheckpointError(say("checkpoint.no_model", path=path))
         return obj["model"], FORMAT, obj
-    if isinstance(obj, nn.Module):
-        return _course_state_dict(obj, path), "course whole-model file", {}
     if isinstance(obj, dict) and obj and all(type(v) in (torch.Tensor, nn.Parameter) for v in obj.values()):
         return obj, "state_dict", {}
-    raise CheckpointError(say("checkpoint.foreign_object", path=path, kind=type(obj).__name__))
+    if not isinstance(obj, nn.Module):
+        raise CheckpointError(say("checkpoint.foreign_object", path=path, kind=type(obj).__name__))
+    state = {}
+    for i, layer in children(children(obj, Tudui).get("model"), nn.Sequential).items():
+        if type(layer) not in COURSE_CLASSES or not isinstance(vars(layer).get("_parameters"), dict):
+            raise CheckpointError(say("checkpoint.not_course_layer", path=path, layer=str(i)[:20]))
+        state.update({f"model.{i}.{k}": v for k, v in vars(layer)["_parameters"].items()})
+    return state, "course whole-model file", {}
 
 
 def load_checkpoint(path, model, optimizer=None, device="cpu", restore_rng=False):
-    """Load our checkpoint, a state_dict or a course whole-model file into ``model`` (and ``optimizer``), both moved to
-    ``device``; returns ``epoch``, ``extra``, ``format``. ``restore_rng``: the saved CPU random state, so a resumed run
-    shuffles as an uninterrupted one. torch's strict ``load_state_dict`` (names, shapes) is tried on copies first: a
-    file that does not fit changes nothing."""
+    """Load our checkpoint, a state_dict or a course whole-model file into ``model`` (and ``optimizer``), moved to
+    ``device``; returns ``epoch``, ``extra``, ``format``. ``restore_rng``: the saved CPU random state (a resumed run
+    shuffles as an uninterrupted one). Tried on copies first: a file that does not fit changes nothing."""
     device = pick_device(device)
     checked(nn.Module, model=model)
     checked(torch.optim.Optimizer, optimizer=optimizer) if optimizer is not None else None
