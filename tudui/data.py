@@ -1,6 +1,5 @@
-"""CIFAR-10 as the course loads it (or its synthetic stand-in, see synthetic.py); DataLoaders, and the fast path: the
-whole dataset as one tensor on the device, batches by index; the lessons' run settings: quick on a CPU or in tests,
-the real thing on a GPU with real CIFAR-10."""
+"""CIFAR-10 as the course loads it (or the synthetic stand-in), DataLoaders and the fast path (the whole dataset on the
+device, batches by index); the lessons' run settings: quick on a CPU or in tests, full size on a GPU with CIFAR-10."""
 import numbers
 import os
 import socket
@@ -48,9 +47,8 @@ def cifar10_on_disk(root="data") -> bool:
 
 
 def host() -> str | None:
-    """Which notebook host runs this: "colab", "kaggle", "autodl", "modelscope", or None anywhere else. Colab
-    loads ``google.colab`` into every notebook; Kaggle sets $KAGGLE_KERNEL_RUN_TYPE and has /kaggle/working; AutoDL
-    sets $AutoDLContainerUUID and has its data disk; ModelScope's (and PAI-DSW's) notebooks work in /mnt/workspace."""
+    """Which notebook host runs this: "colab" (google.colab is loaded), "kaggle" ($KAGGLE_KERNEL_RUN_TYPE and
+    /kaggle/working), "autodl" ($AutoDLContainerUUID or its data disk), "modelscope" (/mnt/workspace), else None."""
     if "google.colab" in sys.modules:
         return "colab"
     if os.environ.get("KAGGLE_KERNEL_RUN_TYPE") and KAGGLE_WORKING.is_dir():
@@ -61,10 +59,9 @@ def host() -> str | None:
 
 
 def quick_mode(root="data") -> bool:
-    """Should a lesson train on a small subset for a couple of epochs? $TUDUI_QUICK=1/0 decides when set.
-    Otherwise full size only with an accelerator, and real CIFAR-10 already in ``root`` or a cloud notebook
-    (:func:`host`), which downloads it: a CPU epoch of CIFAR-10 takes minutes, and on a GPU machine without the
-    data (offline, say) :func:`tudui.cifar10` would stop: a full-size run never trains on the synthetic stand-in."""
+    """Should a lesson train on a small subset for a couple of epochs? $TUDUI_QUICK=1/0 decides when set. Otherwise
+    full size only with an accelerator and real CIFAR-10 in ``root`` or a cloud notebook (:func:`host`) to download
+    it: a CPU epoch takes minutes, and a full-size run without the data stops (it never trains on the stand-in)."""
     raw = os.environ.get("TUDUI_QUICK", "")
     flag = raw.strip().lower()
     if flag:
@@ -118,10 +115,10 @@ def _check_root(root):
 
 
 def cifar10(train=True, root="data", source=None, limit=None, seed=0, full=None):
-    """CIFAR-10 with ``ToTensor()``, the course's preprocessing; ``limit``: only its first images. source: ``"auto"``
-    (real CIFAR-10 from ``root``, downloaded if needed; without it a quick run takes the synthetic stand-in, said in one
-    line, and a ``full``-size run stops: default ``not quick_mode(root)``), ``"cifar10"`` (the real set or a DataError),
-    ``"synthetic"``; default: $TUDUI_DATA or auto."""
+    """CIFAR-10 with ``ToTensor()``, the course's preprocessing; ``limit``: only its first images. source (default
+    $TUDUI_DATA or auto): ``"auto"`` (real CIFAR-10 from ``root``, downloaded if needed; else a quick run takes the
+    stand-in, said in one line, and a ``full``-size run, default ``not quick_mode(root)``, stops), ``"cifar10"``
+    (the real set or a DataError), ``"synthetic"``."""
     source = default_source() if source is None else source
     if source not in SOURCES:
         raise DataError(say("data.bad_source", source=source, sources=", ".join(SOURCES)))
@@ -154,8 +151,7 @@ def describe_data(dataset, lang=None) -> str:
 
 
 def default_num_workers() -> int:
-    """DataLoader worker processes that suit the place: none on 1-2 cores (Binder, Colab, small laptops);
-    under torchrun the processes on this machine ($LOCAL_WORLD_SIZE) share its cores."""
+    """DataLoader workers: none on 1-2 cores (Binder, Colab); torchrun's $LOCAL_WORLD_SIZE processes share the cores."""
     if os.name == "nt":  # Windows starts workers with spawn: seconds per start, more than they save here
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -167,11 +163,9 @@ def default_num_workers() -> int:
 
 def loaders(train_set, test_set, batch_size=64, device="cpu", num_workers=None, shuffle=True,
             distributed=False, seed=0):
-    """Train and test DataLoaders with settings that suit ``device``: pin_memory for CUDA (page-locked memory
-    lets copies overlap compute); workers only where there are cores to spare. The train sampler shuffles by
-    (seed, epoch): call ``train_loader.sampler.set_epoch(epoch)`` before each epoch, as :func:`tudui.fit` does,
-    and a resumed run sees the batches of an uninterrupted one. ``distributed``: under torchrun each process
-    reads its own share (the samplers ask torch.distributed)."""
+    """Train and test DataLoaders that suit ``device``: pin_memory for CUDA (copies overlap compute), workers where
+    there are cores to spare. The train sampler shuffles by (seed, epoch): :func:`tudui.fit` calls its ``set_epoch``,
+    so a resumed run sees an uninterrupted run's batches. ``distributed``: each torchrun process reads its share."""
     checked(int, 0, MAX_SEED, seed=seed)
     workers = default_num_workers() if num_workers is None else num_workers
     one_process = {} if distributed else {"num_replicas": 1, "rank": 0}
@@ -187,10 +181,9 @@ def loaders(train_set, test_set, batch_size=64, device="cpu", num_workers=None, 
 
 
 class ResidentLoader:
-    """Iterates (images, targets) batches of a CIFAR10-like dataset (``.data``, ``.targets``) held on ``device``.
-    The uint8 images become the floats ``ToTensor()`` gives (``/255``, NCHW) on the CPU, bit for bit, then go to
-    the device in one copy. Batches are picked by index on the device, in an order drawn on the CPU once per
-    epoch: no PIL, no per-item Python, no host-to-device copy per batch."""
+    """(images, targets) batches of a CIFAR10-like dataset (``.data``, ``.targets``) held on ``device``: the floats
+    ``ToTensor()`` gives, bit for bit, copied once; batches picked by index on the device, in an order drawn on the CPU
+    once per epoch. No PIL, no per-item Python, no host-to-device copy per batch."""
 
     def __init__(self, dataset, batch_size=64, device="cpu", shuffle=True, seed=0, drop_last=False):
         if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
@@ -222,17 +215,12 @@ class ResidentLoader:
             yield self.images[batch], self.targets[batch]
 
 
-def _share(dataset):
-    """This process's share under torchrun: the indices DistributedSampler gives it (the same count on
-    every process: DDP needs the same number of batches everywhere)."""
-    mine = list(DistributedSampler(dataset, shuffle=False))
-    return SimpleNamespace(data=dataset.data[mine], targets=np.asarray(dataset.targets)[mine])
-
-
 def resident_loaders(train_set, test_set, batch_size=64, device="cpu", distributed=False, seed=0):
-    """Train and test ResidentLoaders, the counterpart of :func:`tudui.loaders`; ``distributed``: under
-    torchrun each process keeps only its own share of each set on its device."""
+    """Train and test ResidentLoaders, the counterpart of :func:`tudui.loaders`; ``distributed``: each torchrun
+    process keeps its share on its device (DistributedSampler's indices: as many on every process, as DDP needs)."""
     if distributed:
-        train_set, test_set = _share(train_set), _share(test_set)
+        shares = [list(DistributedSampler(s, shuffle=False)) for s in (train_set, test_set)]
+        train_set, test_set = (SimpleNamespace(data=s.data[mine], targets=np.asarray(s.targets)[mine])
+                               for s, mine in zip((train_set, test_set), shares))
     return (ResidentLoader(train_set, batch_size, device, shuffle=True, seed=seed),
             ResidentLoader(test_set, batch_size, device, shuffle=False, seed=seed))
