@@ -65,6 +65,7 @@ class Child:
         self.fd = os.open(scratch / "progress.jsonl", os.O_WRONLY | os.O_APPEND)
         self.result, self.notebook = Rehearsal(config["name"], notes=config["notes"]), config["notebook"]
         self.gpu, self.modules, self.exits, self.saving, self.done = None, set(), [], False, False
+        self.in_place = set()  # (cell, line) of the learner's lines that moved a module: in place, nothing thrown away
         self.sent, self.now, self.lock = None, {}, threading.Lock()
 
     def send(self, final=False):
@@ -200,7 +201,7 @@ class Child:
 
     def read(self):
         """Notes from the script's text and from what moved where while it ran."""
-        moves = {self.here(frames)[:2] for _, frames in self.gpu.moved}  # the learner's lines that moved tensors
+        moves = {self.here(frames)[:2] for _, frames in self.gpu.moved} - self.in_place  # lines that moved tensors
         for file, cell, text in self.units:
             for node in ast.walk(ast.parse(text)):
                 if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "device" \
@@ -314,6 +315,7 @@ class Child:
 
     def module_to(self, module, *args, **kwargs):
         moved = REAL.to(module, *args, **kwargs)
+        self.in_place.add(self.here()[:2])
         if list(module.parameters()) and all(isinstance(p, OnCuda) for p in module.parameters()):
             self.modules.add(id(module))
             self.result.modules = len(self.modules)

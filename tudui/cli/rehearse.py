@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -103,12 +104,10 @@ def _cells(path, data) -> tuple:
         if not isinstance(source, str) or source.lstrip().startswith("%%"):
             skipped += isinstance(source, str)
             continue
-        lines = source.splitlines()
-        for i, line in enumerate(lines):
-            if line.lstrip().startswith(("%", "!")):
-                lines[i], skipped = line[:len(line) - len(line.lstrip())] + "pass", skipped + 1
-        units.append((f"<cell {n}>", n, "\n".join(lines)))
-        _compile(units[-1][2], path.name, n)
+        source, magics = re.subn(r"(?m)^([^\S\n]*)[%!].*", r"\1pass", source)  # a magic or shell line: a pass
+        units.append((f"<cell {n}>", n, source))
+        _compile(source, path.name, n)
+        skipped += magics
     return units, skipped
 
 
