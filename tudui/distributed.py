@@ -1,7 +1,6 @@
-"""Training on several devices with torchrun and DistributedDataParallel (notebook 08).
-torchrun starts one process per device and sets ``RANK`` (0 .. WORLD_SIZE-1 over all machines), ``LOCAL_RANK`` (which
-device on this machine) and ``WORLD_SIZE``. :func:`setup` reads them, takes the process's device and joins the process
-group: ``nccl`` for NVIDIA GPUs, ``gloo`` for CPUs. Without torchrun it joins nothing."""
+"""Training on several devices with torchrun and DistributedDataParallel (notebook 08). torchrun starts one process per
+device and sets ``RANK`` (0 .. WORLD_SIZE-1 over all machines), ``LOCAL_RANK`` (the device on this machine) and
+``WORLD_SIZE``; :func:`setup` reads them and joins the process group (``nccl`` on NVIDIA GPUs, ``gloo`` on CPUs)."""
 import datetime
 import os
 import socket
@@ -52,8 +51,7 @@ def _env(name: str, default=None) -> int:
 
 
 def launched_by_torchrun() -> bool:
-    """True in a process started by torchrun with more than one process in all; a LaunchError for half a launch
-    (``WORLD_SIZE=2`` set by hand without the rest), which would otherwise train alone or wait for nobody."""
+    """True under torchrun with more than one process; a LaunchError for half a launch (``WORLD_SIZE=2`` by hand)."""
     if _env("WORLD_SIZE", "1") <= 1:
         return False
     missing = [name for name in TORCHRUN_SETS if not os.environ.get(name)]
@@ -63,8 +61,7 @@ def launched_by_torchrun() -> bool:
 
 
 def _rendezvous() -> dict:
-    """MASTER_ADDR and MASTER_PORT, refused at once when no process could ever meet there: a port that is not
-    a number from 1 to 65535, an address the system cannot resolve (init_process_group would wait the full timeout)."""
+    """MASTER_ADDR and MASTER_PORT, refused at once where no process could ever meet (rather than a timeout's wait)."""
     addr, port = os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
     if not (port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536):
         raise LaunchError(say("launch.bad_port", port=port[:40]))
@@ -80,16 +77,13 @@ def _device_for(want, local_rank: int) -> torch.device:
     if isinstance(want, str) and want.strip().lower() == "auto":
         want = "cuda" if torch.cuda.is_available() else "cpu"
     device = pick_device(want)
-    if device.type == "cuda":
-        if ":" in str(want):  # a numbered GPU: each process must take its own instead
-            raise DeviceError(say("launch.numbered_gpu", want=want))
-        count = torch.cuda.device_count()
-        if local_rank >= count:
-            raise DeviceError(say("launch.no_gpu_of_its_own", local_rank=local_rank, count=count))
-        return torch.device("cuda", local_rank)
     if device.type not in BACKENDS:
         raise DeviceError(say("launch.device_type", kind=device.type))
-    return device
+    if device.type == "cuda" and ":" in str(want):  # a numbered GPU: each process must take its own instead
+        raise DeviceError(say("launch.numbered_gpu", want=want))
+    if device.type == "cuda" and local_rank >= torch.cuda.device_count():
+        raise DeviceError(say("launch.no_gpu_of_its_own", local_rank=local_rank, count=torch.cuda.device_count()))
+    return torch.device("cuda", local_rank) if device.type == "cuda" else device
 
 
 def setup(want="auto") -> Context:
@@ -119,10 +113,9 @@ def setup(want="auto") -> Context:
 
 
 def teardown():
-    """Leave the process group, if joined; safe to call twice. On a clean exit every process first waits for the others
-    (after an error torchrun stops them). Free the DDP model first: one that holds the group can hang the exit."""
+    """Leave the process group if joined (twice is safe), on a clean exit once all arrive; free the DDP model first."""
     if dist.is_available() and dist.is_initialized():
-        if sys.exc_info()[0] is None:  # no exception on its way out
+        if sys.exc_info()[0] is None:  # no exception on its way out (after one, torchrun stops the others)
             dist.barrier()
         dist.destroy_process_group()
 
@@ -135,8 +128,7 @@ def barrier():
 
 @contextmanager
 def main_first(ctx: Context):
-    """Rank 0 runs the block first (downloading CIFAR-10), the others after it: one writer, whole files read.
-    If rank 0 fails inside, torchrun stops the waiting processes."""
+    """Rank 0 runs the block first (downloading CIFAR-10), the others after it: one writer, whole files read."""
     if ctx.distributed and not ctx.is_main:
         barrier()
     yield
