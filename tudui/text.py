@@ -1,7 +1,6 @@
-"""The package's words in each language: every message it prints or raises, its plots' labels, the CLI's lines.
-The texts live in data files, ``tudui/text/*.json``, each ``{"en": {key: template}, "zh": {...}}``; a key is in one file
-only. English is the default; the Chinese lessons call ``tudui.set_language("zh")`` once, the CLI takes ``--lang``, and
-``$TUDUI_LANG`` sets it for everything started from a shell."""
+"""The package's words in each language (messages, plot labels, the CLI's lines), from ``tudui/text/*.json``, each
+``{"en": {key: template}, "zh": {...}}``, a key in one file only. English unless the Chinese lessons call
+``tudui.set_language("zh")``, the CLI gets ``--lang`` or ``$TUDUI_LANG`` says otherwise."""
 import json
 import numbers
 import os
@@ -30,7 +29,7 @@ def check_lang(lang) -> str:
 
 
 def set_language(lang: str = "en") -> None:
-    """Print, raise and label in ``lang`` ("en" or "zh") from now on, in this process (the Chinese lessons pass "zh")."""
+    """Print, raise and label in ``lang`` ("en" or "zh") from now on, in this process (the Chinese lessons: "zh")."""
     _chosen[:] = [check_lang(lang)]
 
 
@@ -59,11 +58,9 @@ def one_line(message, limit: int = 160) -> str:
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
-
 def checked(kind, low=None, high=None, **named):
-    """The arguments ``named`` (one or more) if each is a ``kind`` (a type or a tuple of types; ``int``: a whole
-    number, not a bool) from ``low`` to ``high``; else a TypeError or ValueError naming it, in the language in force.
-    A lesson's function checks here what torch would only trip over deep inside a loop. Returns the last value."""
+    """The last of ``named`` if each is a ``kind`` (a type or tuple of types; ``int``: a whole number, not a bool) from
+    ``low`` to ``high``, else a TypeError or ValueError naming it: what torch would only trip over deep in a loop."""
     kinds, whole = kind if isinstance(kind, tuple) else (kind,), kind is int
     for name, value in named.items():
         if isinstance(value, bool) and whole or not isinstance(value, numbers.Integral if whole else kinds):
