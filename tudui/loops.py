@@ -12,8 +12,7 @@ from .text import checked, say
 
 
 def run_epoch(model, loader, loss_fn, device, optimizer=None, progress=True):
-    """One pass over ``loader``: trains when given an optimizer, else only measures.
-    Returns the mean loss, the accuracy, images_per_s, seconds and the number of images."""
+    """One pass over ``loader``, training with an optimizer: mean loss, accuracy, images_per_s, seconds, images."""
     checked(nn.Module, model=model)
     checked(Iterable, loader=loader)
     checked(Callable, loss_fn=loss_fn)
@@ -70,10 +69,9 @@ class History:
 
     def append(self, epoch, train, test):
         self.epochs.append(epoch)
-        self.train_loss.append(train["loss"])
-        self.train_accuracy.append(train["accuracy"])
-        self.test_loss.append(test["loss"])
-        self.test_accuracy.append(test["accuracy"])
+        for key in ("loss", "accuracy"):
+            getattr(self, f"train_{key}").append(train[key])
+            getattr(self, f"test_{key}").append(test[key])
         self.seconds.append(train["seconds"])
         self.images_per_s.append(train["images_per_s"])
 

@@ -1,5 +1,5 @@
-"""Pictures a learner would rather look at than read, labelled in the language in force (English where no font
-here has Chinese: never empty boxes). A title or y label may be given per language: ``{"en": ..., "zh": ...}``."""
+"""Pictures labelled in the language in force (English where no font here has Chinese: never empty boxes); a title
+or y label may be given per language: ``{"en": ..., "zh": ...}``."""
 import torch
 
 from .text import checked, language, say

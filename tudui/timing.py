@@ -22,8 +22,7 @@ class Timing:
 
 
 def measure(fn, device="cpu", repeat=5, warmup=1) -> Timing:
-    """Time ``fn()`` on ``device``: ``warmup`` untimed calls, then ``repeat`` timed ones. GPU work is
-    asynchronous (the call returns before the kernels run): each timed call is inside a :class:`Stopwatch`."""
+    """``warmup`` untimed calls of ``fn()`` on ``device``, then ``repeat`` timed, each in a :class:`Stopwatch`."""
     checked(Callable, fn=fn)
     checked(int, 1, repeat=repeat)
     checked(int, 0, warmup=warmup)
@@ -45,7 +44,6 @@ class Stopwatch:
     def __exit__(self, *exc):
         synchronize(self.device)
         self.seconds = time.perf_counter() - self._start
-        return False
 
 
 def interleaved(runs, device, rounds=5, warmup=1):
@@ -65,8 +63,8 @@ def interleaved(runs, device, rounds=5, warmup=1):
 
 
 def speed_ratio(fast, slow) -> float:
-    """How many times as fast ``fast`` is as ``slow`` (lists of seconds from one :func:`interleaved`
-    call): the median of the round-by-round ratios, so each round compares runs made side by side."""
+    """How many times as fast ``fast`` is as ``slow`` (seconds from one :func:`interleaved` call): the median of the
+    round-by-round ratios, each of runs made side by side."""
     if len(fast) != len(slow):
         raise ValueError(say("timing.unpaired", fast=len(fast), slow=len(slow)))
     return statistics.median(s / f for f, s in zip(fast, slow))
