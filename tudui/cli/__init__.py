@@ -23,11 +23,10 @@ COMMANDS = json.loads(resources.files(__package__).joinpath("commands.json").rea
 
 
 class Parser(argparse.ArgumentParser):
-    def __init__(self, *args, add_help=True, **kwargs):
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, allow_abbrev=False, add_help=False, **kwargs)  # --check is not --checkpoint
         self._positionals.title, self._optionals.title = say("cli.help.positionals"), say("cli.help.options")
-        if add_help:
-            self.add_argument("-h", "--help", action="help", help=say("cli.help.help"))
+        self.add_argument("-h", "--help", action="help", help=say("cli.help.help"))  # in the language in force
         # "-inf", "-1e-3" and "-nan" are values (refused by range), not options
         self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf(inity)?|nan)$", re.I)
 

@@ -1,5 +1,6 @@
 """``python -m tudui doctor``: what this machine has, what torch can use of it, and the one thing to do.
 Parsing and advice are pure functions of the facts (tested with canned nvidia-smi outputs); run() gathers and prints."""
+import functools
 import os
 import platform
 import re
@@ -234,22 +235,19 @@ def advise(build: TorchBuild, smi, system: str = "", machine: str = "", visible:
 
 # Gathering the facts: everything below touches the machine.
 
-def run_nvidia_smi(exe: str, *args, timeout: float):
-    return subprocess.run([exe, *args], capture_output=True, encoding="utf-8", errors="replace", timeout=timeout)
-
-
 def read_nvidia_smi(timeout: float = SMI_TIMEOUT) -> NvidiaSmi | SmiFailure | None:
     """Run ``nvidia-smi`` if it is on the PATH; None if it is not, or lists no GPU."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
+    smi = functools.partial(subprocess.run, capture_output=True, encoding="utf-8", errors="replace", timeout=timeout)
     try:
-        query = run_nvidia_smi(exe, QUERY + ",compute_cap", CSV, timeout=timeout)
+        query = smi([exe, QUERY + ",compute_cap", CSV])
         if query.returncode != 0:  # nvidia-smi before about driver 510 rejects the field (exit code 2)
-            query = run_nvidia_smi(exe, QUERY, CSV, timeout=timeout)
+            query = smi([exe, QUERY, CSV])
         if query.returncode != 0:
             return SmiFailure(query.returncode, one_line(query.stdout + query.stderr))
-        header = run_nvidia_smi(exe, timeout=timeout)
+        header = smi([exe])
     except subprocess.TimeoutExpired:
         return SmiFailure(None, f"did not answer within {timeout:.0f} s (the driver is not responding)")
     except OSError as exc:
