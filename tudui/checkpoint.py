@@ -70,7 +70,7 @@ def save_checkpoint(path, model, optimizer=None, epoch=None, **extra):
 
 
 def _write_atomically(state, path):
-    """torch.save to a temp file beside the real target of ``path``, then rename it over that target."""
+    """torch.save to a temp file beside the real target of ``path``, then renamed over that target."""
     real = os.path.realpath(path)
     if os.path.exists(real) and not os.path.isfile(real):  # a folder, /dev/null ...: never replaced
         raise CheckpointError(say("checkpoint.folder" if os.path.isdir(real) else "checkpoint.not_regular", path=path))

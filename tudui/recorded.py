@@ -1,6 +1,6 @@
-"""What a GPU cell printed on a real GPU, shown (labelled as a recording) on a machine without one: the cell's ``else:``
-branch calls ``tudui.show_recorded("03-to-device", "assignment", "<what a GPU would show>")``. Recordings, package
-data shared by both editions of a lesson: tudui/recordings/NN-name.json, one entry per cell id (README.md there)."""
+"""What a GPU cell printed on a real GPU, shown as a recording where there is none (the cell's ``else:`` branch calls
+``tudui.show_recorded("03-to-device", "assignment", "<what a GPU would show>")``), from tudui/recordings/NN-name.json:
+one entry per cell id, shared by both editions of a lesson (README.md there)."""
 import json
 from importlib import resources
 
@@ -19,9 +19,8 @@ def find_recording(notebook: str, key: str):
 
 
 def show_recorded(notebook: str, key: str, on_gpu: str = "", lang: str | None = None) -> None:
-    """Print what this cell printed on a real GPU, labelled as recorded; without a recording,
-    what a GPU would show (``on_gpu``). Never passes a recording off as live. ``lang``: "en" or "zh",
-    default the language in force (``tudui.set_language``, $TUDUI_LANG)."""
+    """Print what this cell printed on a real GPU, labelled as recorded (never as live); without a recording, what a
+    GPU would show (``on_gpu``). ``lang``: "en" or "zh", default the language in force."""
     entry = find_recording(notebook, key)
     if entry is None:
         print(say("recorded.placeholder", lang, on_gpu=on_gpu) if on_gpu else say("recorded.none", lang))
