@@ -64,7 +64,7 @@ class Child:
         self.roots = [os.path.normcase(os.path.realpath(scratch / part)) for part in ("work", "tmp")]
         self.fd = os.open(scratch / "progress.jsonl", os.O_WRONLY | os.O_APPEND)
         self.result, self.notebook = Rehearsal(config["name"], notes=config["notes"]), config["notebook"]
-        self.gpu, self.modules, self.exits, self.saving, self.done = None, set(), [], False, False
+        self.gpu, self.modules, self.exits, self.done = None, set(), [], False
         self.in_place = set()  # (cell, line) of the learner's lines that moved a module: in place, nothing thrown away
         self.sent, self.now, self.lock = None, {}, threading.Lock()
 
@@ -109,7 +109,7 @@ class Child:
     def audit(self, event, args):
         """The hook: what would change anything outside the scratch folder, or start a program, is stopped."""
         if event == "open" and not isinstance(args[0], int) and args[2] & WRITES:
-            self.confine("save" if self.saving else "write", args[0], None, True)
+            self.confine("write", args[0], None, True)
         elif event in PATHS:
             what, places = PATHS[event]
             for path, dir_fd, follow in places:
@@ -303,15 +303,12 @@ class Child:
     def save(self, saver, obj, f, *args, **kwargs):
         if isinstance(obj, torch.nn.Module) and any(isinstance(p, OnCuda) for p in obj.parameters()):
             self.note("rehearse.note.save_model", callers())
-        self.saving = True
         try:
             if isinstance(f, (str, bytes, os.PathLike)):  # torch writes a named file from C++, unseen by the hook
                 self.confine("save", f, None, True)
             return saver(obj, f, *args, **kwargs)
         except Confined:  # noted; the script goes on as it would after a save
             return None
-        finally:
-            self.saving = False
 
     def module_to(self, module, *args, **kwargs):
         moved = REAL.to(module, *args, **kwargs)
