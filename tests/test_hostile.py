@@ -28,7 +28,8 @@ from torch import nn
 
 from tudui import CheckpointError, DeviceError, Tudui, load_model, pick_device, read_checkpoint, save_checkpoint
 from tudui.checkpoint import temp_prefix
-from tudui import checkpoint as boundary, data, distributed, loops
+from tudui import data, distributed, loops
+from tudui import screening as boundary
 from tudui.cli import main
 from tudui.cli.training import workers_note
 from helpers import course_tudui_class, fails_in_one_line, registered, state_equal
