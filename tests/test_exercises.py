@@ -55,7 +55,7 @@ def answer(tmp_path, lesson, q, source=None, lang="en"):
 def test_the_solution_passes_and_the_placeholder_is_not_attempted(tmp_path, lesson, q, lang):
     start = time.perf_counter()
     assert answer(tmp_path, lesson, q, lang=lang).kind == "correct"
-    assert time.perf_counter() - start < 5, "a check must take a second or two"
+    assert time.perf_counter() - start < 30, "a check takes a second or two on a laptop (30 s: a loaded machine)"
     assert question(lesson, q, lang).outcome(____).kind == "unattempted"
     starter = question(lesson, q, lang).texts["starter"]
     assert "____" in starter and f"ex.{q}.check(" in starter
@@ -183,3 +183,17 @@ def test_the_checks_leave_no_files_behind(tmp_path, monkeypatch):
     for lesson, q in QUESTIONS:
         answer(code, lesson, q)
     assert [p.name for p in tmp_path.iterdir()] == ["code"]
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_both_editions_of_the_lesson_end_with_its_checked_exercises(lesson):
+    """tools/stamp_exercises.py put them there; stored outputs show the "not attempted" state (Run All never stops)."""
+    notebooks = FOLDER.parent.parent / "notebooks"
+    for lang, pattern in (("en", f"{lesson}-*.ipynb"), ("zh", f"zh/{lesson}-*.ipynb")):
+        path = next(notebooks.glob(pattern))
+        cells = {c["id"]: c for c in json.loads(path.read_text("utf-8"))["cells"]}
+        for q, texts in exercise.texts(lesson, lang).items():
+            code = cells.get(f"checked-{q}-code")
+            assert code and "".join(code["source"]) == texts["starter"], f"{path.name}: run tools/stamp_exercises.py"
+            shown = json.dumps(code["outputs"], ensure_ascii=False)
+            assert ("Not attempted:" if lang == "en" else "还没有作答：") in shown, f"{path.name} {q}: re-execute it"
