@@ -115,16 +115,16 @@ def _copy(script: Path, work: Path) -> dict:
     """work/ as a copy of the script's folder (small files copied, big files and folders linked: a write through a
     link lands outside, so it is stopped); what is in it, {path: (size, mtime)}."""
     work.mkdir()
-    budget = [COPIED * 64]  # bytes copied in all; the rest is linked
+    budget = COPIED * 64  # bytes copied in all; the rest is linked
     for entry in sorted(os.scandir(script.parent), key=lambda e: e.name != script.name):  # the script first
         try:
             size = entry.stat().st_size if entry.is_file(follow_symlinks=False) else None
-            if size is not None and size <= min(COPIED, budget[0]):
+            if size is not None and size <= min(COPIED, budget):
                 shutil.copy2(entry.path, work / entry.name)
-                budget[0] -= size
-            elif entry.is_dir(follow_symlinks=False) and budget[0] > COPIED * 8 and _small(entry.path):
+                budget -= size
+            elif entry.is_dir(follow_symlinks=False) and budget > COPIED * 8 and _small(entry.path):
                 shutil.copytree(entry.path, work / entry.name, symlinks=True)
-                budget[0] -= COPIED * 8
+                budget -= COPIED * 8
             else:
                 os.symlink(entry.path, work / entry.name, target_is_directory=entry.is_dir())
         except OSError:  # unreadable, or no right to make links (Windows): left out
@@ -144,12 +144,9 @@ def _small(folder, files=200) -> bool:
 
 
 def _files(work: Path) -> dict:
-    found = {}
-    for root, _, names in os.walk(work):
-        for name in names:
-            seen = os.lstat(os.path.join(root, name))
-            found[os.path.relpath(os.path.join(root, name), work)] = (seen.st_size, seen.st_mtime_ns)
-    return found
+    paths = [os.path.join(root, name) for root, _, names in os.walk(work) for name in names]
+    return {os.path.relpath(path, work): (seen.st_size, seen.st_mtime_ns) for path in paths
+            for seen in [os.lstat(path)]}
 
 
 def rehearse(script, *args, batches: int = 2, max_seconds: float = 120, lang: str | None = None,
