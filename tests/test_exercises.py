@@ -59,6 +59,7 @@ def test_the_solution_passes_and_the_placeholder_is_not_attempted(tmp_path, less
     assert question(lesson, q, lang).outcome(____).kind == "unattempted"
     starter = question(lesson, q, lang).texts["starter"]
     assert "____" in starter and f"ex.{q}.check(" in starter
+    compile(starter, f"{lesson} {q}", "exec")  # a starting cell runs before it is filled in: Run All never stops
 
 
 @pytest.mark.parametrize("lesson, q", [(lesson, q) for lesson, q in QUESTIONS if "choices" in question(lesson, q).texts])
