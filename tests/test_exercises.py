@@ -62,7 +62,7 @@ def test_the_solution_passes_and_the_placeholder_is_not_attempted(tmp_path, less
     compile(starter, f"{lesson} {q}", "exec")  # a starting cell runs before it is filled in: Run All never stops
 
 
-@pytest.mark.parametrize("lesson, q", [(lesson, q) for lesson, q in QUESTIONS if "choices" in question(lesson, q).texts])
+@pytest.mark.parametrize("lesson, q", [(lesson, q) for lesson, q in QUESTIONS if "choices" in exercise.texts(lesson, "en")[q]])
 def test_every_wrong_choice_is_explained(tmp_path, lesson, q):
     texts = question(lesson, q).texts
     for letter in set(texts["choices"]) - {texts["answer"]}:
