@@ -56,8 +56,13 @@ def test_the_solution_passes_and_the_placeholder_is_not_attempted(tmp_path, less
     start = time.perf_counter()
     assert answer(tmp_path, lesson, q, lang=lang).kind == "correct"
     assert time.perf_counter() - start < 30, "a check takes a second or two on a laptop (30 s: a loaded machine)"
-    assert question(lesson, q, lang).outcome(____).kind == "unattempted"
-    starter = question(lesson, q, lang).texts["starter"]
+    untouched = question(lesson, q, lang)
+    outcome = untouched.outcome(____)
+    said = untouched._say(outcome.key, **outcome.fields)
+    assert outcome.kind == "unattempted" and "`____` in `____`" not in said and "`____` 里的 `____`" not in said
+    # it says where the blank is: in check(____) for a letter, else in the function the question asks for
+    assert "check(____)" in said if "choices" in untouched.texts else f"`{untouched.texts['names'][0]}`" in said
+    starter = untouched.texts["starter"]
     assert "____" in starter and f"ex.{q}.check(" in starter
     compile(starter, f"{lesson} {q}", "exec")  # a starting cell runs before it is filled in: Run All never stops
 

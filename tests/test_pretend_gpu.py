@@ -17,7 +17,7 @@ import tudui
 import tudui.loops
 
 import harness
-from tudui.cli.pretend_gpu import OnCuda, pretend_gpu
+from tudui.cli.pretend_gpu import MIXED, OnCuda, pretend_gpu
 from run_notebook_cells import run_code, to_python
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,6 +60,14 @@ def test_the_pretend_gpu_refuses_to_mix_devices(cuda):
         x.numpy()
     assert (x * torch.tensor(2.0)).device == CUDA  # a CPU scalar may mix, as on CUDA
     assert torch.equal(x.cpu(), torch.ones(2, 3, 32, 32)) and x.cpu().device.type == "cpu"
+
+
+@pytest.mark.parametrize("lang, bracket", [("en", " (pretend CUDA, in aten."), ("zh", "（模拟的 CUDA，在 aten.")])
+def test_the_mixing_error_is_cudas_then_names_the_pretend_gpu_in_the_language_in_force(cuda, lang, bracket):
+    tudui.set_language(lang)  # the language before is restored after each test (conftest)
+    with pytest.raises(RuntimeError) as error:
+        torch.ones(2).to(cuda) + torch.ones(2)
+    assert str(error.value).startswith(MIXED + bracket)  # CUDA's own words first: what the checks and rehearse read
 
 
 @pytest.mark.parametrize("kind", ["dataloader", "resident"])

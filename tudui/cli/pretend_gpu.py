@@ -13,6 +13,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves, tree_map
 
+from ..text import say
+
 CUDA = torch.device("cuda", 0)
 COPIES = {torch.ops.aten.copy_.default}  # dst.copy_(src) copies across devices, as load_state_dict does
 POINTWISE = torch.Tag.pointwise
@@ -47,7 +49,7 @@ class OnCuda(torch.Tensor):
         kwargs = kwargs or {}
         tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         if func not in COPIES and any(not isinstance(t, OnCuda) and not _scalar_input(func, t, args) for t in tensors):
-            raise RuntimeError(f"{MIXED} (pretend CUDA, in {func})")
+            raise RuntimeError(say("rehearse.pretend.mixed", mixed=MIXED, func=func))  # the bracket: not CUDA's
         wrappers = {id(t.elem): t for t in tensors if isinstance(t, OnCuda)}
         cpu_args, cpu_kwargs = tree_map(lambda t: t.elem if isinstance(t, OnCuda) else t, (args, kwargs))
         if cpu_kwargs.get("device") is not None and torch.device(cpu_kwargs["device"]).type == "meta":

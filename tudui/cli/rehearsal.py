@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 
 from .. import text as language
 from ..text import say
-from .pretend_gpu import OnCuda, callers, pretend_gpu
+from .pretend_gpu import MIXED, OnCuda, callers, pretend_gpu
 from .rehearse import Rehearsal, place
 
 REAL = types.SimpleNamespace(iter=DataLoader.__iter__, print=builtins.print, to=torch.nn.Module.to, exit=os._exit)
@@ -222,7 +222,8 @@ class Child:
             message = str(exc)
         except BaseException:  # its __str__ raised
             message = say("rehearse.no_str")
-        message = message.splitlines()[0].split(" (pretend CUDA")[0] if message.strip() else type(exc).__name__
+        message = message.splitlines()[0] if message.strip() else type(exc).__name__
+        message = message[:message.find(MIXED) + len(MIXED)] if MIXED in message else message  # CUDA's words only
         result.error = f"{type(exc).__name__}: {message}"
         if isinstance(exc, Confined):
             result.notes[:] = [note for note in result.notes if note != message]  # said once, as the error

@@ -81,7 +81,7 @@ class Question:
         try:
             missing = next((n for n in self.texts.get("names", []) if is_blank(wanted.get(n, ____))), None)
             if missing or "choices" in self.texts and is_blank(answer):
-                raise Outcome("unattempted", "unattempted", name=missing or "____")
+                raise Outcome("unattempted", "unattempted" if missing else "unattempted_choice", name=missing)
             self._check(answer, self.texts, **wanted)
             return Outcome("correct", "correct")
         except Outcome as outcome:
