@@ -33,7 +33,7 @@ LANG = 'lang="zh"'
 LANG_CALLS = ("set_language", "show_recorded", "doctor.run", "doctor.advise", "doctor.describe_build", "doctor.describe_smi")
 CLI_LANG = ', "--lang", "zh"'  # and the doctor's command line, [..., "tudui", "doctor"], gets its --lang
 # calls whose string arguments are printed text: {name: (first positional argument printed, keywords printed)}
-MESSAGE_CALLS = {"print": (0, ()), "show_recorded": (2, ("on_gpu",)), "RuntimeError": (0, ())}
+MESSAGE_CALLS = {"print": (0, ()), "show_recorded": (2, ("on_gpu",)), "RuntimeError": (0, ()), "print_advice": (0, ())}
 FSTRING_START = getattr(tokenize, "FSTRING_START", None)  # Python 3.12+ splits f-strings into tokens
 FSTRING_END = getattr(tokenize, "FSTRING_END", None)
 NO_GAP = {tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
