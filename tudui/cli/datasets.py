@@ -57,5 +57,6 @@ def replace_datasets(batches, note):
     """Put a stand-in in place of each dataset of SHAPES this torchvision has; a root is seen from the working
     folder, the scratch copy of the script's."""
     import torchvision.datasets as module
-    for name in (name for name in SHAPES if hasattr(module, name)):
-        setattr(module, name, stand_in(name, getattr(module, name), batches, note))
+    for name in SHAPES:
+        if hasattr(module, name):
+            setattr(module, name, stand_in(name, getattr(module, name), batches, note))
